@@ -1,0 +1,242 @@
+#include "tools/check/fixture_check.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "shared/core/error.h"
+#include "shared/engine/reference_engine.h"
+#include "shared/model/tensor_convert.h"
+
+namespace ft {
+
+namespace {
+
+struct RowCompare {
+  double rel_l2 = 0, max_abs = 0;
+  bool same_argmax = false;
+  int64_t argmax = 0;
+};
+
+int64_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;  // first maximum: lower index wins ties
+  return best;
+}
+
+RowCompare compare_row(const float* ours, const float* ref, int64_t n) {
+  double num = 0, den = 0, mx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(ours[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+    mx = std::max(mx, std::fabs(d));
+  }
+  RowCompare r;
+  r.rel_l2 = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+  r.max_abs = mx;
+  r.argmax = argmax(ours, n);
+  r.same_argmax = r.argmax == argmax(ref, n);
+  return r;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// Records case 0's internals during its prefill.
+class InternalsRecorder : public ForwardObserver {
+ public:
+  explicit InternalsRecorder(int64_t stream_size) : stream_size_(stream_size) {}
+  void on_layer_out(int64_t layer, size_t, int64_t pos, const float* s) override {
+    auto& v = out[layer];
+    if (static_cast<int64_t>(v.size()) < (pos + 1) * stream_size_) v.resize((pos + 1) * stream_size_);
+    std::copy(s, s + stream_size_, v.begin() + pos * stream_size_);
+  }
+  void on_routing(int64_t layer, size_t, int64_t pos, const Routing& r) override { routes[layer][pos] = r; }
+  void on_selection(int64_t layer, size_t, int64_t pos, const std::vector<int32_t>& s) override {
+    sel[layer][pos] = s;
+  }
+  std::map<int64_t, std::vector<float>> out;
+  std::map<int64_t, std::map<int64_t, Routing>> routes;
+  std::map<int64_t, std::map<int64_t, std::vector<int32_t>>> sel;
+
+ private:
+  int64_t stream_size_;
+};
+
+void compare_internals(const TensorStore& ref, const ModelConfig& c, const InternalsRecorder& rec,
+                       const FixtureCheckOptions& opts, FixtureCheckResult& res, std::ostream& log) {
+  const int64_t HD = c.hc_mult * c.hidden_size;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "case0.layer" + std::to_string(l) + ".";
+    const TensorInfo* out = ref.find(p + "out");
+    if (!out) continue;
+    std::string line = "  layer " + std::to_string(l);
+    bool ok = true;
+    const auto want = to_f32(*out);
+    const int64_t T = static_cast<int64_t>(want.size()) / HD;
+    const auto it = rec.out.find(l);
+    double worst = 0;
+    for (int64_t t = 0; t < T && it != rec.out.end(); ++t)
+      worst = std::max(worst, compare_row(it->second.data() + t * HD, want.data() + t * HD, HD).rel_l2);
+    ok &= worst <= opts.max_internal_rel_l2;
+    line += " out_rel_l2=" + fmt("%.3e", worst);
+    if (const TensorInfo* ri = ref.find(p + "router_topk_idx")) {
+      const auto idx = to_i64(*ri);
+      const auto w = to_f32(ref.get(p + "router_topk_w"));
+      const int64_t tk = ri->shape.back();
+      int64_t bad_sets = 0;
+      double werr = 0;
+      for (int64_t t = 0; t < ri->shape[0]; ++t) {
+        std::map<int64_t, float> want_set;
+        for (int64_t k = 0; k < tk; ++k) want_set[idx[t * tk + k]] = w[t * tk + k];
+        const auto rt = rec.routes.find(l);
+        std::map<int64_t, float> got;
+        if (rt != rec.routes.end() && rt->second.count(t)) {
+          const Routing& r = rt->second.at(t);
+          for (size_t k = 0; k < r.experts.size(); ++k) got[r.experts[k]] = r.weights[k];
+        }
+        bool same = got.size() == want_set.size();
+        for (const auto& [e, wt] : want_set) {
+          auto g = got.find(e);
+          if (g == got.end()) {
+            same = false;
+          } else {
+            werr = std::max(werr, std::fabs(static_cast<double>(g->second) - wt));
+          }
+        }
+        bad_sets += !same;
+      }
+      ok &= bad_sets == 0 && werr <= 1e-3;
+      line += " router_sets_differ=" + std::to_string(bad_sets) + " router_w_max_abs=" + fmt("%.2e", werr);
+    }
+    if (const TensorInfo* di = ref.find(p + "dsa_topk")) {
+      const auto idx = to_i64(*di);
+      const int64_t W = di->shape.back();
+      int64_t bad = 0;
+      for (int64_t t = 0; t < di->shape[0]; ++t) {
+        std::set<int64_t> want_set;
+        for (int64_t k = 0; k < W; ++k)
+          if (idx[t * W + k] >= 0) want_set.insert(idx[t * W + k]);
+        std::set<int64_t> got;
+        const auto st = rec.sel.find(l);
+        if (st != rec.sel.end() && st->second.count(t))
+          for (int32_t s : st->second.at(t)) got.insert(s);
+        bad += got != want_set;
+      }
+      ok &= bad == 0;
+      line += " dsa_sets_differ=" + std::to_string(bad);
+    }
+    line += ok ? " ok" : " MISMATCH";
+    res.internals_ok &= ok;
+    res.internal_lines.push_back(line);
+    log << line << "\n";
+  }
+}
+
+}  // namespace
+
+std::string FixtureCheckResult::summary_line() const {
+  char b[256];
+  std::snprintf(b, sizeof b, "fixture-check: cases=%zu prefill_rel_l2=%.3e decode_rel_l2=%.3e top1=%.4f greedy=%lld/%lld",
+                cases.size(), prefill_rel_l2, decode_rel_l2, top1, static_cast<long long>(greedy_agree),
+                static_cast<long long>(greedy_total));
+  return b;
+}
+
+FixtureCheckResult run_fixture_check(const FixtureCheckOptions& opts, std::ostream& log) {
+  const ModelWeights w = load_model(opts.model_dir);
+  const TensorStore ref = TensorStore::open(opts.reference);
+  ReferenceEngine eng(w);
+  const int64_t V = w.cfg.vocab_size;
+  FixtureCheckResult res;
+  int64_t top1_agree = 0, top1_total = 0;
+  using clock = std::chrono::steady_clock;
+  for (int64_t ci = 0;; ++ci) {
+    const std::string p = "case" + std::to_string(ci) + ".";
+    const TensorInfo* ids_t = ref.find(p + "input_ids");
+    if (!ids_t) break;
+    std::vector<int32_t> ids;
+    for (int64_t v : to_i64(*ids_t)) ids.push_back(static_cast<int32_t>(v));
+    const TensorInfo& pl_t = ref.get(p + "prefill_logits");
+    expect_shape(pl_t, {static_cast<int64_t>(ids.size()), V});
+    const auto pl = to_f32(pl_t);
+    std::vector<int64_t> gen;
+    std::vector<float> dl;
+    if (const TensorInfo* g = ref.find(p + "generated_ids")) {
+      gen = to_i64(*g);
+      const TensorInfo& dl_t = ref.get(p + "decode_logits");
+      expect_shape(dl_t, {static_cast<int64_t>(gen.size()), V});
+      dl = to_f32(dl_t);
+    }
+    CaseResult cr;
+    cr.prompt_len = static_cast<int64_t>(ids.size());
+    cr.decode_steps = static_cast<int64_t>(gen.size());
+
+    SequenceState st = eng.new_state();
+    InternalsRecorder rec(w.cfg.hc_mult * w.cfg.hidden_size);
+    const bool record = opts.internals && ci == 0;
+    auto t0 = clock::now();
+    const auto logits = eng.prefill(st, ids, true, record ? &rec : nullptr);
+    const double pre_s = std::chrono::duration<double>(clock::now() - t0).count();
+    cr.prefill_tok_s = static_cast<double>(ids.size()) / std::max(pre_s, 1e-9);
+    for (int64_t t = 0; t < cr.prompt_len; ++t) {
+      const RowCompare rc = compare_row(logits.data() + t * V, pl.data() + t * V, V);
+      cr.prefill_rel_l2 = std::max(cr.prefill_rel_l2, rc.rel_l2);
+      cr.max_abs = std::max(cr.max_abs, rc.max_abs);
+      cr.top1_agree += rc.same_argmax;
+      ++cr.top1_total;
+      if (t == cr.prompt_len - 1 && !gen.empty()) {
+        cr.greedy_agree += rc.argmax == gen[0];
+        ++cr.greedy_total;
+      }
+    }
+    t0 = clock::now();
+    for (size_t i = 0; i < gen.size(); ++i) {
+      const auto step = eng.decode(st, static_cast<int32_t>(gen[i]));
+      const RowCompare rc = compare_row(step.data(), dl.data() + i * V, V);
+      cr.decode_rel_l2 = std::max(cr.decode_rel_l2, rc.rel_l2);
+      cr.max_abs = std::max(cr.max_abs, rc.max_abs);
+      cr.top1_agree += rc.same_argmax;
+      ++cr.top1_total;
+      if (i + 1 < gen.size()) {  // the last row predicts a token that is not stored
+        cr.greedy_agree += rc.argmax == gen[i + 1];
+        ++cr.greedy_total;
+      }
+    }
+    const double dec_s = std::chrono::duration<double>(clock::now() - t0).count();
+    cr.decode_tok_s = gen.empty() ? 0.0 : static_cast<double>(gen.size()) / std::max(dec_s, 1e-9);
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "case %lld: prompt=%lld decode=%lld prefill_rel_l2=%.3e decode_rel_l2=%.3e max_abs=%.3e top1=%lld/%lld "
+                  "greedy=%lld/%lld prefill_tok_s=%.1f decode_tok_s=%.1f",
+                  static_cast<long long>(ci), static_cast<long long>(cr.prompt_len),
+                  static_cast<long long>(cr.decode_steps), cr.prefill_rel_l2, cr.decode_rel_l2, cr.max_abs,
+                  static_cast<long long>(cr.top1_agree), static_cast<long long>(cr.top1_total),
+                  static_cast<long long>(cr.greedy_agree), static_cast<long long>(cr.greedy_total), cr.prefill_tok_s,
+                  cr.decode_tok_s);
+    log << line << "\n";
+    if (record) compare_internals(ref, w.cfg, rec, opts, res, log);
+    res.prefill_rel_l2 = std::max(res.prefill_rel_l2, cr.prefill_rel_l2);
+    res.decode_rel_l2 = std::max(res.decode_rel_l2, cr.decode_rel_l2);
+    res.greedy_agree += cr.greedy_agree;
+    res.greedy_total += cr.greedy_total;
+    top1_agree += cr.top1_agree;
+    top1_total += cr.top1_total;
+    res.cases.push_back(cr);
+  }
+  if (res.cases.empty()) throw Error(opts.reference + ": no case0.input_ids: not a fixture reference file");
+  res.top1 = top1_total ? static_cast<double>(top1_agree) / static_cast<double>(top1_total) : 0.0;
+  res.passed = res.prefill_rel_l2 <= opts.max_rel_l2 && res.decode_rel_l2 <= opts.max_rel_l2 &&
+               top1_agree == top1_total && res.greedy_agree == res.greedy_total && res.internals_ok;
+  return res;
+}
+
+}  // namespace ft
