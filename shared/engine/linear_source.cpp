@@ -1,6 +1,8 @@
 #include "shared/engine/linear_source.h"
 
 #include "shared/core/error.h"
+#include "shared/exl3/exl3_linear.h"
+#include "shared/exl3/reference.h"
 #include "shared/model/tensor_convert.h"
 
 namespace ft {
@@ -32,10 +34,18 @@ DenseLinear load_linear(const TensorStore& store, const std::string& name, int64
     load_bias(store, name, out, bias_allowed, l);
     return l;
   }
-  // EXL3 linears are recognised here once the EXL3 decoder (shared/exl3) provides the dense
-  // equivalent; until then such a checkpoint is reported as unreadable below.
-  if (store.find(name + ".trellis"))
-    throw Error(store.source() + ": tensor " + name + ".trellis is an EXL3 linear, which this build cannot read");
+  if (exl3::is_exl3_linear(store, name)) {
+    // The exact dense equivalent: decoded trellis with both Hadamard/sign-scale transforms folded
+    // in (exl3-format §6.2), sliced to the unpadded [out, in].
+    const exl3::Exl3Linear q = exl3::load_exl3_linear(store, name, out, in);
+    l.w = exl3::dense_weight(q, out, in);
+    if (!q.bias.empty()) {
+      if (!bias_allowed)
+        throw Error(store.get(name + ".bias").where() + ": unexpected bias (this layer has none in glm5_next with this config)");
+      l.bias.assign(q.bias.begin(), q.bias.begin() + out);
+    }
+    return l;
+  }
   throw Error(store.source() + ": missing tensor " + name + ".weight");
 }
 
