@@ -1,0 +1,143 @@
+// AVX-512 path (F/BW/VL/DQ + VNNI): one zmm covers the two tiles of a pair (lanes 0-7 and 8-15),
+// up to 8 batch rows keep their accumulators in registers.
+#include <immintrin.h>
+
+#include "shared/exl3/kernel_body.h"
+#include "shared/exl3/kernels.h"
+
+namespace ft::exl3::detail {
+
+namespace {
+
+struct V512 {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kPrefetchSteps = 4;
+
+  static I load(const uint32_t* p) { return _mm512_load_si512(p); }
+  static void prefetch(const uint32_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+  static I prev(I w) {
+    return _mm512_permutexvar_epi32(_mm512_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6, 15, 8, 9, 10, 11, 12, 13, 14), w);
+  }
+  static I mid(I a, I b) { return _mm512_or_si512(_mm512_slli_epi32(a, 16), _mm512_srli_epi32(b, 16)); }
+  template <int S>
+  static I window(I v) {
+    if constexpr (S == 0) return _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF));
+    else return _mm512_and_si512(_mm512_srli_epi32(v, S), _mm512_set1_epi32(0xFFFF));
+  }
+
+  // fp32 → nearest fp16 value, as fp32. Veltkamp's split with 2^13+1 keeps 11 significant bits;
+  // on every value the codebooks can produce it equals RNE (checked exhaustively by the tests).
+  static F round_f16(F v) {
+    const F c = _mm512_mul_ps(v, _mm512_set1_ps(8193.0f));
+    return _mm512_sub_ps(c, _mm512_sub_ps(c, v));
+  }
+
+  template <Codebook CB>
+  static F decode(I st) {
+    if constexpr (CB == Codebook::Mul1) {
+      const I p = _mm512_mullo_epi32(st, _mm512_set1_epi32(static_cast<int>(kMul1Mult)));
+      // Byte sum s added to the bits of 2^23, giving the float 2^23 + s; the fma then yields the
+      // exact (1774·s − 905216)/2^18 (all operands and the result are exact in fp32).
+      const I sm = _mm512_dpbusd_epi32(_mm512_set1_epi32(0x4B000000), p, _mm512_set1_epi32(0x01010101));
+      const F v = _mm512_fmadd_ps(_mm512_castsi512_ps(sm), _mm512_set1_ps(1774.0f * 0x1p-18f),
+                                  _mm512_set1_ps(-(905216.0f + 1774.0f * 0x1p23f) * 0x1p-18f));
+      return round_f16(v);
+    } else {
+      I x = _mm512_mullo_epi32(st, _mm512_set1_epi32(static_cast<int>(CB == Codebook::Mcg ? kMcgMult : kInst3Mult)));
+      if constexpr (CB == Codebook::Inst3) x = _mm512_add_epi32(x, _mm512_set1_epi32(static_cast<int>(kInst3Add)));
+      return two_halves(x);
+    }
+  }
+
+  // (x & 0x8FFF8FFF) ^ 0x3B603B60, then each fp16 half (normal, exponent 12..15) rebuilt as
+  // fp32 with integer ops, summed exactly and rounded once.
+  static F two_halves(I x) {
+    const I mant = _mm512_set1_epi32(0x07FFE000), expo = _mm512_set1_epi32(0x38000000);
+    const I sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    x = _mm512_ternarylogic_epi32(x, _mm512_set1_epi32(static_cast<int>(0x8FFF8FFFu)), _mm512_set1_epi32(0x3B603B60),
+                                  0x6A);  // (a & b) ^ c
+    I lo = _mm512_ternarylogic_epi32(_mm512_slli_epi32(x, 13), mant, expo, 0xEA);  // (a & b) | c
+    lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(x, 16), sign, 0xF8);     // a | (b & c)
+    I hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 3), mant, expo, 0xEA);
+    hi = _mm512_ternarylogic_epi32(hi, x, sign, 0xF8);
+    return round_f16(_mm512_add_ps(_mm512_castsi512_ps(lo), _mm512_castsi512_ps(hi)));
+  }
+
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F bcast(float x) { return _mm512_set1_ps(x); }
+  static F zero() { return _mm512_setzero_ps(); }
+};
+
+template <int K, Codebook CB, int NR>
+void pair_block(const uint32_t* base, int64_t A, const float* xh, int64_t xs, float* z, int64_t zs) {
+  __m512 acc[NR][2];
+  FusedKernel<V512, K, CB, NR>::run(base, A, xh, xs, acc);
+  for (int r = 0; r < NR; ++r)
+    for (int h = 0; h < 2; ++h) {
+      _mm256_storeu_ps(z + r * zs + h * 8, _mm512_castps512_ps256(acc[r][h]));
+      _mm256_storeu_ps(z + r * zs + 16 + h * 8, _mm512_extractf32x8_ps(acc[r][h], 1));
+    }
+}
+
+template <int K, Codebook CB>
+void run_pairs(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh, int64_t xs, int n, float* z,
+               int64_t zs) {
+  const int64_t A = w.tile_rows();
+  for (int64_t p = p0; p < p0 + npairs; ++p) {
+    const uint32_t* base = w.pair(p);
+    float* zp = z + (p - p0) * 32;
+    for (int r = 0; r < n;) {
+      const int left = n - r;
+      if (left >= 8) pair_block<K, CB, 8>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 8;
+      else if (left >= 4) pair_block<K, CB, 4>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 4;
+      else if (left >= 2) pair_block<K, CB, 2>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 2;
+      else pair_block<K, CB, 1>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 1;
+    }
+  }
+}
+
+template <int K>
+void run_k(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh, int64_t xs, int n, float* z, int64_t zs) {
+  switch (w.codebook) {
+    case Codebook::Inst3: return run_pairs<K, Codebook::Inst3>(w, p0, npairs, xh, xs, n, z, zs);
+    case Codebook::Mcg: return run_pairs<K, Codebook::Mcg>(w, p0, npairs, xh, xs, n, z, zs);
+    case Codebook::Mul1: return run_pairs<K, Codebook::Mul1>(w, p0, npairs, xh, xs, n, z, zs);
+  }
+}
+
+}  // namespace
+
+void matmul_pairs_avx512(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh, int64_t xs, int n, float* z,
+                         int64_t zs) {
+  switch (w.K) {
+    case 1: return run_k<1>(w, p0, npairs, xh, xs, n, z, zs);
+    case 2: return run_k<2>(w, p0, npairs, xh, xs, n, z, zs);
+    case 3: return run_k<3>(w, p0, npairs, xh, xs, n, z, zs);
+    case 4: return run_k<4>(w, p0, npairs, xh, xs, n, z, zs);
+    case 5: return run_k<5>(w, p0, npairs, xh, xs, n, z, zs);
+    case 6: return run_k<6>(w, p0, npairs, xh, xs, n, z, zs);
+    case 7: return run_k<7>(w, p0, npairs, xh, xs, n, z, zs);
+    case 8: return run_k<8>(w, p0, npairs, xh, xs, n, z, zs);
+  }
+}
+
+void codebook_values_avx512(Codebook cb, const uint32_t* states, int64_t n, float* out) {
+  alignas(64) uint32_t in[16];
+  alignas(64) float res[16];
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = n - i < 16 ? n - i : 16;
+    for (int j = 0; j < 16; ++j) in[j] = j < m ? states[i + j] & 0xFFFFu : 0;
+    const __m512i st = _mm512_load_si512(in);
+    __m512 v;
+    switch (cb) {
+      case Codebook::Inst3: v = V512::decode<Codebook::Inst3>(st); break;
+      case Codebook::Mcg: v = V512::decode<Codebook::Mcg>(st); break;
+      default: v = V512::decode<Codebook::Mul1>(st); break;
+    }
+    _mm512_store_ps(res, v);
+    for (int j = 0; j < m; ++j) out[i + j] = res[j];
+  }
+}
+
+}  // namespace ft::exl3::detail
