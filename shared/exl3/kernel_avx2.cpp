@@ -67,10 +67,8 @@ struct V256 {
 
 template <int K, Codebook CB, int NR>
 void tile_block(const uint32_t* base, int64_t A, const float* xh, int64_t xs, float* z, int64_t zs) {
-  __m256 acc[NR][2];
-  FusedKernel<V256, K, CB, NR>::run(base, A, xh, xs, acc);
-  for (int r = 0; r < NR; ++r)
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(z + r * zs + h * 8, acc[r][h]);
+  FusedKernel<V256, K, CB, NR>::run(base, A, xh, xs,
+                                    [&](int r, int h, __m256 acc) { _mm256_storeu_ps(z + r * zs + h * 8, acc); });
 }
 
 template <int K, Codebook CB>

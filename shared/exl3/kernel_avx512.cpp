@@ -71,13 +71,10 @@ struct V512 {
 
 template <int K, Codebook CB, int NR>
 void pair_block(const uint32_t* base, int64_t A, const float* xh, int64_t xs, float* z, int64_t zs) {
-  __m512 acc[NR][2];
-  FusedKernel<V512, K, CB, NR>::run(base, A, xh, xs, acc);
-  for (int r = 0; r < NR; ++r)
-    for (int h = 0; h < 2; ++h) {
-      _mm256_storeu_ps(z + r * zs + h * 8, _mm512_castps512_ps256(acc[r][h]));
-      _mm256_storeu_ps(z + r * zs + 16 + h * 8, _mm512_extractf32x8_ps(acc[r][h], 1));
-    }
+  FusedKernel<V512, K, CB, NR>::run(base, A, xh, xs, [&](int r, int h, __m512 acc) {
+    _mm256_storeu_ps(z + r * zs + h * 8, _mm512_castps512_ps256(acc));
+    _mm256_storeu_ps(z + r * zs + 16 + h * 8, _mm512_extractf32x8_ps(acc, 1));
+  });
 }
 
 template <int K, Codebook CB>

@@ -34,9 +34,13 @@ struct FusedKernel {
   using I = typename V::I;
   using F = typename V::F;
 
-  // acc[r][h] += Σ_a Σ_u over the tile rows of step a; `base` points at the first step's word 0
-  // of this lane group, steps are 16K dwords apart, words 16 dwords apart.
-  static void run(const uint32_t* base, int64_t A, const float* xh, int64_t xs, F (&acc)[NR][2]) {
+  // Σ_a over the tile rows of step a into acc[r][h] (row r, column half h), then store(r, h, acc).
+  // `base` points at the first step's word 0 of this lane group; steps are 16K dwords apart,
+  // words 16 dwords apart. Every index below is a compile-time constant after expansion, which
+  // keeps the 2·NR accumulators in registers.
+  template <class Store>
+  static void run(const uint32_t* base, int64_t A, const float* xh, int64_t xs, Store&& store) {
+    F acc[NR][2];
     for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = V::zero();
     for (int64_t a = 0; a < A; ++a) {
       const uint32_t* step = base + a * 16 * K;
@@ -49,21 +53,26 @@ struct FusedKernel {
       for (int w = 1; w < K; ++w) M[w] = V::mid(W[w - 1], W[w]);
       steps(W, M, xh + a * 16, xs, acc, std::make_integer_sequence<int, 32>{});
     }
+    for (int r = 0; r < NR; ++r) {
+      store(r, 0, acc[r][0]);
+      store(r, 1, acc[r][1]);
+    }
   }
 
   template <int... U>
-  static inline void steps(const I* W, const I* M, const float* x, int64_t xs, F (&acc)[NR][2],
-                           std::integer_sequence<int, U...>) {
-    (step<U>(W, M, x, xs, acc), ...);
+  [[gnu::always_inline]] static inline void steps(const I* W, const I* M, const float* x, int64_t xs,
+                                                  F (&acc)[NR][2], std::integer_sequence<int, U...>) {
+    (step<U>(W, M, x, xs, acc, std::make_integer_sequence<int, NR>{}), ...);
   }
 
-  template <int U>
-  static inline void step(const I* W, const I* M, const float* x, int64_t xs, F (&acc)[NR][2]) {
+  template <int U, int... R>
+  [[gnu::always_inline]] static inline void step(const I* W, const I* M, const float* x, int64_t xs,
+                                                 F (&acc)[NR][2], std::integer_sequence<int, R...>) {
     using Win = Window<K, U>;
     const I st = V::template window<Win::shift>(Win::from_mid ? M[Win::word] : W[Win::word]);
     const F w = V::template decode<CB>(st);
     constexpr int row = step_row(U), half = step_half(U);
-    for (int r = 0; r < NR; ++r) acc[r][half] = V::fmadd(w, V::bcast(x[r * xs + row]), acc[r][half]);
+    ((acc[R][half] = V::fmadd(w, V::bcast(x[R * xs + row]), acc[R][half])), ...);
   }
 };
 
