@@ -54,6 +54,40 @@ TEST(ChatTemplate, Glm46Golden) {
   check_golden(tpl, "glm-text/chat-golden-glm46.json");
 }
 
+// Public templates other than GLM's, rendered by transformers 5.17 (tools/fixtures/make_template_goldens.py).
+TEST(ChatTemplate, Qwen3Golden) {
+  const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/qwen3-chat-template.jinja"),
+                                                   fixture("glm-text/tokenizer_config.json"));
+  check_golden(tpl, "chat-templates/chat-golden-qwen3.json");
+}
+
+TEST(ChatTemplate, Llama33Golden) {
+  const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/llama3.3-chat-template.jinja"),
+                                                   fixture("glm-text/tokenizer_config.json"));
+  check_golden(tpl, "chat-templates/chat-golden-llama3.3.json");
+}
+
+TEST(ChatTemplate, GlmExtraGoldens) {
+  check_golden(ChatTemplate::from_file(fixture("templates/glm53-chat-template.jinja"), fixture("glm-text/tokenizer_config.json")),
+               "chat-templates/chat-golden-glm53-extra.json");
+  check_golden(ChatTemplate::from_file(fixture("templates/glm-chat-template.jinja"), fixture("glm-text/tokenizer_config.json")),
+               "chat-templates/chat-golden-glm46-extra.json");
+}
+
+TEST(ChatTemplate, Qwen3RefusesNullContentLikeJinja2) {
+  // transformers fails on this conversation too ("argument of type 'NoneType' is not iterable"):
+  // the error must be a clear exception, not a crash.
+  const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/qwen3-chat-template.jinja"));
+  ChatRequest r;
+  r.messages_json = R"([{"role":"user","content":"Q"},{"role":"assistant","content":null}])";
+  try {
+    tpl.render(r);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NoneType"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ChatTemplate, Glm53ThinkingOffAndClearThinking) {
   // Hand-checked against glm-chat-format.md's GLM-5.3 notes: the generation prompt always ends
   // "<|assistant|><think>"; clear_thinking drops reasoning of turns before the last user turn.
