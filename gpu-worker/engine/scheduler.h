@@ -1,0 +1,79 @@
+#pragma once
+// Continuous batching over the engine: every step decodes one token for each running sequence
+// and spends what is left of the step's token budget (--chunk-size) on prefill chunks, so long
+// prompts never stall running streams. Sequences join and leave between steps.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "gpu-worker/engine/request.h"
+#include "shared/engine/reference_engine.h"
+
+namespace ft::worker {
+
+struct SchedulerOptions {
+  int max_batch_size = 8;
+  int chunk_size = 8192;       // tokens per step, decode tokens included
+  int64_t context_size = 32768;
+  int max_queue = 256;         // waiting requests beyond the batch
+  std::vector<int32_t> eos_token_ids;
+};
+
+struct SchedulerStats {
+  uint32_t running = 0, waiting = 0;
+  uint64_t generated_tokens = 0, prompt_tokens = 0, cancelled = 0, failed = 0, steps = 0;
+};
+
+// Why a request was refused; maps onto gRPC status codes.
+class SubmitError : public std::runtime_error {
+ public:
+  enum Code { InvalidArgument, ResourceExhausted, Unavailable };
+  SubmitError(Code c, const std::string& m) : std::runtime_error(m), code(c) {}
+  Code code;
+};
+
+class Scheduler {
+ public:
+  Scheduler(ReferenceEngine& engine, SchedulerOptions opts);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Validates and queues; throws SubmitError.
+  void submit(Request r);
+  SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return opts_; }
+
+ private:
+  struct Sequence {
+    Request req;
+    SequenceState state;
+    Sampler sampler;
+    TokenHistory history;
+    size_t prefilled = 0;
+    uint32_t generated = 0;
+    int32_t pending = -1;  // last sampled token, fed at the next step
+  };
+  void loop();
+  void step(std::vector<Sequence*>& batch);
+  // Samples and streams the next token; returns the outcome when the sequence is done.
+  std::optional<Outcome> emit(Sequence& s, std::vector<float>& logits);
+
+  ReferenceEngine& engine_;
+  const SchedulerOptions opts_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Request> waiting_;
+  std::list<Sequence> running_;
+  SchedulerStats stats_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace ft::worker

@@ -1,0 +1,76 @@
+// flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR] [--max-batch-size N]
+//                      [--chunk-size N] [--context-size N] [--max-queue N] [--served-model-name NAME]
+// Serves the public Generation API (proto/flashtier/generate.proto) for one model.
+#include <grpcpp/grpcpp.h>
+
+#include <csignal>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "gpu-worker/service/generation_service.h"
+
+namespace {
+
+int usage() {
+  std::cerr << "usage: flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR]\n"
+               "         [--max-batch-size N] [--chunk-size N] [--context-size N] [--max-queue N]\n"
+               "         [--served-model-name NAME]\n"
+               "  --experts local   routed experts in this process (no cpu-expert-worker)\n"
+               "  --experts ADDR    shm:<ring> | grpc:<host:port> | auto:<host:port> of a cpu-expert-worker\n";
+  return 2;
+}
+
+std::atomic<bool> g_stop{false};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ft::worker::WorkerOptions o;
+  std::string listen = "127.0.0.1:50051";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "-h" || a == "--help") return usage(), 0;
+      if (i + 1 >= argc) return usage();
+      const std::string v = argv[++i];
+      if (a == "--model") o.model_dir = v;
+      else if (a == "--listen") listen = v;
+      else if (a == "--experts") o.experts = v;
+      else if (a == "--max-batch-size") o.scheduler.max_batch_size = std::stoi(v);
+      else if (a == "--chunk-size") o.scheduler.chunk_size = std::stoi(v);
+      else if (a == "--context-size") o.context_size = std::stoll(v);
+      else if (a == "--max-queue") o.scheduler.max_queue = std::stoi(v);
+      else if (a == "--served-model-name") o.served_model_name = v;
+      else return usage();
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "flashtier-gpu-worker: bad number: " << e.what() << "\n";
+    return 2;
+  }
+  if (o.model_dir.empty()) return usage();
+  if (o.scheduler.max_batch_size < 1 || o.scheduler.chunk_size < 1 || o.scheduler.max_queue < 0) {
+    std::cerr << "flashtier-gpu-worker: --max-batch-size and --chunk-size must be >= 1\n";
+    return 2;
+  }
+  ft::worker::WorkerCore core(o);
+  ft::worker::GenerationService service(core);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  grpc::ResourceQuota quota("gpu-worker");
+  quota.SetMaxThreads(512);  // one per open stream in the sync API
+  builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::cerr << "flashtier-gpu-worker: cannot listen on " << listen << "\n";
+    return 1;
+  }
+  std::cerr << "gpu-worker: listening on port " << port << std::endl;
+  std::signal(SIGTERM, [](int) { g_stop = true; });
+  std::signal(SIGINT, [](int) { g_stop = true; });
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}

@@ -1,0 +1,87 @@
+#include "gpu-worker/service/worker_core.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "gpu-worker/service/expert_link.h"
+#include "shared/core/error.h"
+
+namespace ft::worker {
+
+namespace fs = std::filesystem;
+
+std::vector<int32_t> read_eos_ids(const std::string& dir) {
+  std::vector<int32_t> out;
+  for (const char* f : {"generation_config.json", "config.json"}) {
+    std::ifstream in(fs::path(dir) / f);
+    if (!in) continue;
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded()) throw Error((fs::path(dir) / f).string() + ": bad JSON");
+    const nlohmann::json* e = nullptr;
+    if (j.contains("eos_token_id")) e = &j["eos_token_id"];
+    else if (j.contains("text_config") && j["text_config"].contains("eos_token_id")) e = &j["text_config"]["eos_token_id"];
+    if (!e || e->is_null()) continue;
+    if (e->is_number_integer()) out.push_back(e->get<int32_t>());
+    else if (e->is_array())
+      for (const auto& x : *e)
+        if (x.is_number_integer()) out.push_back(x.get<int32_t>());
+    if (!out.empty()) return out;
+  }
+  return out;
+}
+
+WorkerCore::WorkerCore(WorkerOptions o) : opts_(std::move(o)) {
+  loader_ = std::thread([this] { load(); });
+}
+
+WorkerCore::~WorkerCore() {
+  loader_.join();
+  scheduler_.reset();  // stops the engine thread before the engine and weights go
+}
+
+void WorkerCore::load() {
+  try {
+    const bool local = opts_.experts == "local";
+    LoadOptions lo;
+    lo.routed_experts = local;
+    weights_ = std::make_unique<ModelWeights>(load_model(opts_.model_dir, lo));
+    const ModelConfig& c = weights_->cfg;
+    if (fs::exists(fs::path(opts_.model_dir) / "tokenizer.json"))
+      tokenizer_ = text::Tokenizer::from_file(fs::path(opts_.model_dir) / "tokenizer.json");
+    eos_ = read_eos_ids(opts_.model_dir);
+    if (!local) experts_ = make_expert_backend(opts_.experts, c);
+    engine_ = std::make_unique<ReferenceEngine>(*weights_, experts_.get());
+    SchedulerOptions so = opts_.scheduler;
+    so.context_size = opts_.context_size > 0 ? opts_.context_size
+                                             : std::min<int64_t>(c.max_position_embeddings, 32768);
+    so.eos_token_ids = eos_;
+    opts_.scheduler = so;
+    scheduler_ = std::make_unique<Scheduler>(*engine_, so);
+    state_ = State::Ready;
+    std::cerr << "gpu-worker: model " << opts_.model_dir << " ready (" << c.num_hidden_layers << " layers, vocab "
+              << c.vocab_size << ", context " << so.context_size << ", experts " << opts_.experts << ")"
+              << std::endl;
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> l(m_);
+    error_ = e.what();
+    state_ = State::Failed;
+    std::cerr << "gpu-worker: loading failed: " << e.what() << std::endl;
+  }
+}
+
+std::string WorkerCore::load_error() const {
+  std::lock_guard<std::mutex> l(m_);
+  return error_;
+}
+
+bool WorkerCore::experts_healthy() const { return !experts_ || expert_backend_healthy(*experts_); }
+
+std::string WorkerCore::model_name() const {
+  if (!opts_.served_model_name.empty()) return opts_.served_model_name;
+  return fs::path(opts_.model_dir).filename().string().empty() ? fs::path(opts_.model_dir).parent_path().filename().string()
+                                                               : fs::path(opts_.model_dir).filename().string();
+}
+
+}  // namespace ft::worker

@@ -1,0 +1,66 @@
+#pragma once
+// Everything a gpu-worker serves from: the model (loaded in the background so Health can say
+// LOADING), its tokenizer, the expert tier and the scheduler.
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu-worker/engine/scheduler.h"
+#include "shared/engine/expert_backend.h"
+#include "shared/engine/reference_engine.h"
+#include "shared/text/tokenizer.h"
+
+namespace ft::worker {
+
+struct WorkerOptions {
+  std::string model_dir;
+  std::string served_model_name;  // default: the model folder's name
+  std::string experts = "local";  // "local" or an expert-tier address (see make_expert_backend)
+  SchedulerOptions scheduler;
+  int64_t context_size = 0;       // 0: min(model max, 32768)
+};
+
+class WorkerCore {
+ public:
+  enum class State { Loading, Ready, Failed };
+  explicit WorkerCore(WorkerOptions o);
+  ~WorkerCore();
+
+  State state() const { return state_.load(); }
+  std::string load_error() const;
+  // True when the expert tier answered its last exchange (or is in-process).
+  bool experts_healthy() const;
+
+  // Valid once Ready.
+  Scheduler& scheduler() { return *scheduler_; }
+  const ModelConfig& config() const { return weights_->cfg; }
+  const text::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  const std::vector<int32_t>& eos_token_ids() const { return eos_; }
+  const WorkerOptions& options() const { return opts_; }
+  int64_t context_size() const { return opts_.scheduler.context_size; }
+  std::string model_name() const;
+
+ private:
+  void load();
+  WorkerOptions opts_;
+  std::atomic<State> state_{State::Loading};
+  mutable std::mutex m_;
+  std::string error_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<ExpertBackend> experts_;
+  std::unique_ptr<ReferenceEngine> engine_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::optional<text::Tokenizer> tokenizer_;
+  std::vector<int32_t> eos_;
+  std::thread loader_;
+};
+
+// EOS ids from generation_config.json (int or list), else config.json's; empty when neither.
+std::vector<int32_t> read_eos_ids(const std::string& model_dir);
+
+}  // namespace ft::worker
