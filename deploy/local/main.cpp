@@ -1,0 +1,134 @@
+// flashtier-local --model DIR --port N [options]
+// Starts cpu-expert-worker, gpu-worker and gateway on this host (loopback gRPC between them, the
+// shared-memory ring between the two workers), prints "ready" once the gateway's /health answers
+// 200, restarts a child that dies, and stops all three on SIGTERM/SIGINT.
+#include <limits.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "deploy/local/free_port.h"
+#include "deploy/local/http_probe.h"
+#include "deploy/local/supervisor.h"
+#include "shared/core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<int> g_signal{0};
+
+int usage() {
+  std::cerr << "usage: flashtier-local --model DIR --port N [--host ADDR] [--max-batch-size N] [--chunk-size N]\n"
+               "         [--context-size N] [--threads N] [--api-key KEY] [--served-model-name NAME]\n"
+               "         [--experts-in-process]\n"
+               "  Starts the three flashtier services for DIR and serves the OpenAI API on ADDR:N\n"
+               "  (default 127.0.0.1). Prints 'ready' when the gateway's /health answers 200.\n";
+  return 2;
+}
+
+std::string self_dir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  buf[n] = 0;
+  return fs::path(buf).parent_path().string();
+}
+
+void log(const std::string& m) { std::cerr << "flashtier-local: " << m << std::endl; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model, host = "127.0.0.1", api_key, served_name;
+  int port = 0;
+  std::vector<std::string> worker_flags, expert_flags;
+  bool in_process = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") return usage(), 0;
+    if (a == "--experts-in-process") {
+      in_process = true;
+      continue;
+    }
+    if (i + 1 >= argc) return usage();
+    const std::string v = argv[++i];
+    if (a == "--model") model = v;
+    else if (a == "--port") port = std::atoi(v.c_str());
+    else if (a == "--host") host = v;
+    else if (a == "--api-key") api_key = v;
+    else if (a == "--served-model-name") served_name = v;
+    else if (a == "--max-batch-size" || a == "--chunk-size" || a == "--context-size") worker_flags.insert(worker_flags.end(), {a, v});
+    else if (a == "--threads") expert_flags.insert(expert_flags.end(), {a, v});
+    else return usage();
+  }
+  if (model.empty() || port <= 0 || port > 65535) return usage();
+  std::error_code ec;
+  const std::string model_abs = fs::canonical(model, ec).string();
+  if (ec || !fs::exists(fs::path(model_abs) / "config.json")) {
+    log(model + ": not a model folder (no config.json)");
+    return 2;
+  }
+  const std::string bin = self_dir();
+  try {
+    const int expert_port = ft::local::free_loopback_port();
+    const int worker_port = ft::local::free_loopback_port();
+    // Names derived from the model path and port, so a restarted launcher re-attaches to the
+    // expert segment it built before and two launchers never share a ring.
+    const std::string tag = std::to_string(std::hash<std::string>{}(model_abs) % 1000000007ULL);
+    const std::string segment = "flashtier-experts-" + tag;
+    const std::string ring = "flashtier-ring-" + std::to_string(port);
+
+    ft::local::Supervisor sup(log);
+    if (!in_process) {
+      ft::local::ChildSpec experts{"cpu-expert-worker",
+                                   {bin + "/flashtier-cpu-expert-worker", "--model", model_abs, "--listen",
+                                    "127.0.0.1:" + std::to_string(expert_port), "--segment", segment, "--ring", ring}};
+      experts.argv.insert(experts.argv.end(), expert_flags.begin(), expert_flags.end());
+      sup.start(experts);
+    }
+    ft::local::ChildSpec worker{"gpu-worker",
+                                {bin + "/flashtier-gpu-worker", "--model", model_abs, "--listen",
+                                 "127.0.0.1:" + std::to_string(worker_port), "--experts",
+                                 in_process ? std::string("local") : "auto:127.0.0.1:" + std::to_string(expert_port)}};
+    worker.argv.insert(worker.argv.end(), worker_flags.begin(), worker_flags.end());
+    if (!served_name.empty()) worker.argv.insert(worker.argv.end(), {"--served-model-name", served_name});
+    sup.start(worker);
+    ft::local::ChildSpec gateway{"gateway",
+                                 {bin + "/flashtier-gateway", "--model-dir", model_abs, "--worker",
+                                  "127.0.0.1:" + std::to_string(worker_port), "--port", std::to_string(port),
+                                  "--host", host}};
+    if (!api_key.empty()) gateway.argv.insert(gateway.argv.end(), {"--api-key", api_key});
+    if (!served_name.empty()) gateway.argv.insert(gateway.argv.end(), {"--served-model-name", served_name});
+    sup.start(gateway);
+
+    signal(SIGTERM, [](int s) { g_signal = s; });
+    signal(SIGINT, [](int s) { g_signal = s; });
+    const std::string probe_host = host == "0.0.0.0" ? "127.0.0.1" : host;
+    bool ready = false;
+    while (g_signal == 0) {
+      sup.poll();
+      const bool healthy = ft::local::http_get_status(probe_host, port, "/health", std::chrono::milliseconds(500)) == 200;
+      if (healthy && !ready) {
+        std::cout << "ready" << std::endl;
+        log("serving http://" + host + ":" + std::to_string(port) + "/v1 (model " + model_abs + ")");
+      } else if (!healthy && ready) {
+        log("/health is not 200; waiting for the services to come back");
+      }
+      ready = healthy;
+      std::this_thread::sleep_for(std::chrono::milliseconds(ready ? 200 : 50));
+    }
+    log("signal " + std::to_string(g_signal.load()) + ": stopping the services");
+    sup.stop_all(std::chrono::milliseconds(5000));
+    return 0;
+  } catch (const ft::Error& e) {
+    log(e.what());
+    return 1;
+  }
+}
