@@ -153,7 +153,8 @@ std::string ChatTemplate::render_openai_request(std::string_view request_json) c
   if (req.contains("tools") && req["tools"].is_array() && !req["tools"].empty()) r.tools_json = req["tools"].dump();
   r.add_generation_prompt = req.value("add_generation_prompt", true);
   ojson kw = ojson::object();
-  if (req.contains("reasoning_effort") && !req["reasoning_effort"].is_null()) kw["reasoning_effort"] = req["reasoning_effort"];
+  for (const char* k : {"reasoning_effort", "enable_thinking", "clear_thinking"})
+    if (req.contains(k) && !req[k].is_null()) kw[k] = req[k];
   if (req.contains("chat_template_kwargs") && req["chat_template_kwargs"].is_object())
     for (auto it = req["chat_template_kwargs"].begin(); it != req["chat_template_kwargs"].end(); ++it) kw[it.key()] = it.value();
   r.kwargs_json = kw.dump();

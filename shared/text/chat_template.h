@@ -42,7 +42,8 @@ class ChatTemplate {
 
   // From an OpenAI chat-completions request body: messages (tool-call argument strings parsed
   // into objects, `reasoning` copied to `reasoning_content`), tools, add_generation_prompt
-  // (default true), reasoning_effort, and every entry of chat_template_kwargs.
+  // (default true), reasoning_effort / enable_thinking / clear_thinking, and every entry of
+  // chat_template_kwargs (which win).
   std::string render_openai_request(std::string_view request_json) const;
 
   // Named special tokens (bos_token, eos_token...) read from tokenizer_config.json.

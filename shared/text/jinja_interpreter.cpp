@@ -460,7 +460,7 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
       r.insert(r.end(), b.items().begin(), b.items().end());
       return a.kind() == Kind::Tuple ? Value::tuple(std::move(r)) : Value::list(std::move(r));
     }
-    if (a.is_string() || b.is_string()) raise("can only concatenate str (not \"" + type_name(a.is_string() ? b : a) + "\") to str");
+    if (a.is_string()) raise("can only concatenate str (not \"" + type_name(b) + "\") to str");
     return bad();
   }
   if (op == "-") {
