@@ -1,0 +1,86 @@
+#include "shared/ipc/shm.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "shared/core/error.h"
+
+namespace bip = boost::interprocess;
+
+namespace ft::ipc {
+
+ShmMapping::ShmMapping() = default;
+ShmMapping::~ShmMapping() = default;
+ShmMapping::ShmMapping(ShmMapping&&) noexcept = default;
+ShmMapping& ShmMapping::operator=(ShmMapping&&) noexcept = default;
+
+void ShmMapping::check_name(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 200 && name != "." && name != "..";
+  for (char c : name)
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                c == '-');
+  if (!ok)
+    throw Error("bad shared-memory name '" + name + "': use 1-200 characters among A-Z a-z 0-9 . _ -");
+}
+
+ShmMapping ShmMapping::create(const std::string& name, uint64_t bytes, bool reserve) {
+  check_name(name);
+  ShmMapping m;
+  try {
+    bip::shared_memory_object obj(bip::create_only, name.c_str(), bip::read_write, bip::permissions(0660));
+    obj.truncate(static_cast<bip::offset_t>(bytes));
+    if (reserve && bytes > 0) {
+      const int fd = obj.get_mapping_handle().handle;
+      const int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+      if (rc != 0) {
+        bip::shared_memory_object::remove(name.c_str());
+        throw Error("cannot reserve " + std::to_string(bytes) + " bytes for shared memory '" + name +
+                    "' in /dev/shm: " + std::strerror(rc) + " (is /dev/shm large enough? see df -h /dev/shm)");
+      }
+    }
+    m.region_ = std::make_unique<bip::mapped_region>(obj, bip::read_write);
+  } catch (const bip::interprocess_exception& e) {
+    throw Error("cannot create shared memory '" + name + "' (" + std::to_string(bytes) + " bytes): " + e.what());
+  }
+  m.name_ = name;
+  m.data_ = static_cast<uint8_t*>(m.region_->get_address());
+  m.size_ = m.region_->get_size();
+  return m;
+}
+
+std::optional<ShmMapping> ShmMapping::open(const std::string& name, bool writable) {
+  check_name(name);
+  ShmMapping m;
+  try {
+    const bip::mode_t mode = writable ? bip::read_write : bip::read_only;
+    bip::shared_memory_object obj(bip::open_only, name.c_str(), mode);
+    bip::offset_t size = 0;
+    if (!obj.get_size(size) || size <= 0) return std::nullopt;  // being created: no size yet
+    m.region_ = std::make_unique<bip::mapped_region>(obj, mode);
+  } catch (const bip::interprocess_exception& e) {
+    if (e.get_error_code() == bip::not_found_error) return std::nullopt;
+    throw Error("cannot open shared memory '" + name + "': " + e.what());
+  }
+  m.name_ = name;
+  m.data_ = static_cast<uint8_t*>(m.region_->get_address());
+  m.size_ = m.region_->get_size();
+  return m;
+}
+
+bool ShmMapping::remove(const std::string& name) {
+  check_name(name);
+  return bip::shared_memory_object::remove(name.c_str());
+}
+
+bool ShmMapping::exists(const std::string& name) {
+  check_name(name);
+  struct stat st;
+  return stat(("/dev/shm/" + name).c_str(), &st) == 0;
+}
+
+}  // namespace ft::ipc

@@ -1,0 +1,46 @@
+#pragma once
+// A named POSIX shared-memory object (/dev/shm/<name>) mapped into this process, through
+// Boost.Interprocess. The object outlives the process: that is what lets a restarted
+// cpu-expert-worker re-attach to 100+ GB of experts instead of reloading them.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace boost::interprocess {
+class mapped_region;
+}
+
+namespace ft::ipc {
+
+class ShmMapping {
+ public:
+  ShmMapping();
+  ~ShmMapping();
+  ShmMapping(ShmMapping&&) noexcept;
+  ShmMapping& operator=(ShmMapping&&) noexcept;
+
+  // Creates `name` (it must not exist) with `bytes` bytes, mapped read-write. With `reserve` the
+  // pages are allocated now (posix_fallocate), so a full /dev/shm is a clear error here instead of
+  // a SIGBUS in the middle of a copy.
+  static ShmMapping create(const std::string& name, uint64_t bytes, bool reserve);
+  // Maps an existing object; nullopt when none has this name. Throws ft::Error on other failures.
+  static std::optional<ShmMapping> open(const std::string& name, bool writable);
+  static bool remove(const std::string& name);  // true when something was removed
+  static bool exists(const std::string& name);
+  // Names are one path component: [A-Za-z0-9._-], 1..200 characters. Throws ft::Error otherwise.
+  static void check_name(const std::string& name);
+
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+  bool valid() const { return data_ != nullptr; }
+
+ private:
+  std::string name_;
+  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+}  // namespace ft::ipc

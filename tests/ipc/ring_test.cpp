@@ -1,0 +1,266 @@
+// The request ring between two real processes (tests/ipc/ring_peer.cpp is the server): round
+// trips, split batches, rejected batches, futex sleep and wake, dead and restarted servers,
+// channel ownership.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "shared/ipc/ring_client.h"
+#include "shared/ipc/ring_server.h"
+#include "tests/ipc/child_process.h"
+
+using namespace ft::ipc;
+using ft::test::ChildProcess;
+using clk = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kPeer = std::string(FLASHTIER_BIN_DIR) + "/flashtier-test-ring-peer";
+
+struct Batch {
+  uint32_t n, slots, hidden;
+  std::vector<float> x, w;
+  std::vector<int32_t> ids;
+  Batch(uint32_t n_, uint32_t slots_, uint32_t hidden_, uint32_t seed) : n(n_), slots(slots_), hidden(hidden_) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    x.resize(size_t{n} * hidden);
+    for (float& v : x) v = u(rng);
+    ids.resize(size_t{n} * slots);
+    w.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = (i % 5 == 4) ? -1 : static_cast<int32_t>(rng() % 64);
+      w[i] = u(rng);
+    }
+  }
+  ExpertBatch view(uint32_t layer) const {
+    return {layer, n, slots, hidden, x.data(), ids.data(), w.data()};
+  }
+  std::vector<float> expected() const {
+    std::vector<float> o(size_t{n} * hidden);
+    for (uint32_t t = 0; t < n; ++t)
+      for (uint32_t d = 0; d < hidden; ++d) {
+        float s = 0;
+        for (uint32_t k = 0; k < slots; ++k) {
+          const int32_t e = ids[t * slots + k];
+          if (e >= 0) s += w[t * slots + k] * (x[t * hidden + d] + static_cast<float>(e));
+        }
+        o[t * hidden + d] = s;
+      }
+    return o;
+  }
+};
+
+class Peer {
+ public:
+  explicit Peer(const std::string& ring, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--ring", ring, "--hidden", "16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    proc_ = std::make_unique<ChildProcess>(kPeer, args, "/tmp/" + ring + ".log");
+  }
+  ChildProcess& proc() { return *proc_; }
+
+ private:
+  std::unique_ptr<ChildProcess> proc_;
+};
+
+// Connects as soon as the peer serves (it starts in a few ms).
+std::unique_ptr<RingClient> connect(const std::string& ring, RingClientOptions o = {}) {
+  const auto t0 = clk::now();
+  for (;;) {
+    try {
+      return std::make_unique<RingClient>(ring, o);
+    } catch (const PeerLost&) {
+      if (clk::now() - t0 > 10s) throw;
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+}
+
+class Ring : public ::testing::Test {
+ protected:
+  void SetUp() override { name = ft::test::unique_name("ring"); }
+  void TearDown() override {
+    RingServer::remove(name);
+    std::remove(("/tmp/" + name + ".log").c_str());
+  }
+  std::string name;
+};
+
+}  // namespace
+
+TEST_F(Ring, RoundTripsAcrossProcesses) {
+  Peer peer(name, {"--fingerprint", "fp-123", "--max-tokens", "64"});
+  auto c = connect(name);
+  EXPECT_EQ(c->info().hidden, 16u);
+  EXPECT_EQ(c->info().fingerprint, "fp-123");
+  EXPECT_EQ(c->max_tokens(), 64u);
+  for (uint32_t n : {1u, 8u, 0u, 64u, 150u}) {  // 150 > 64: sent in three pieces
+    Batch b(n, 4, 16, n + 1);
+    std::vector<float> out(size_t{n} * 16, -7.0f);
+    c->call(b.view(3), out.data());
+    EXPECT_EQ(out, b.expected()) << "n=" << n;
+  }
+}
+
+TEST_F(Ring, RejectedBatchReportsTheReasonAndKeepsTheChannel) {
+  Peer peer(name);
+  auto c = connect(name);
+  Batch b(2, 4, 16, 5);
+  std::vector<float> out(32);
+  try {
+    c->call(b.view(99), out.data());
+    FAIL() << "no error";
+  } catch (const PeerLost& e) {
+    FAIL() << "a rejected batch is not a lost peer: " << e.what();
+  } catch (const ft::Error& e) {
+    EXPECT_STREQ(e.what(), "no such layer 99");
+  }
+  c->call(b.view(1), out.data());
+  EXPECT_EQ(out, b.expected());
+  Batch wrong(1, 4, 8, 1);  // hidden 8 against a ring of 16
+  EXPECT_THROW(c->call(wrong.view(1), out.data()), ft::Error);
+}
+
+// After each answer the server spins 100 µs, then sleeps on the doorbell; the client sleeps on its
+// channel's state. Requests 20 ms apart therefore go through both futex wakes. A lost wake would
+// cost the server's 50 ms safety timeout, so the median must stay far below that.
+TEST_F(Ring, SleepingServerIsWokenByTheDoorbell) {
+  Peer peer(name);
+  RingClientOptions o;
+  o.spin = std::chrono::microseconds(0);
+  auto c = connect(name, o);
+  Batch b(8, 4, 16, 9);
+  std::vector<float> out(8 * 16);
+  std::vector<double> ms;
+  for (int i = 0; i < 15; ++i) {
+    std::this_thread::sleep_for(20ms);
+    const auto t0 = clk::now();
+    c->call(b.view(1), out.data());
+    ms.push_back(std::chrono::duration<double, std::milli>(clk::now() - t0).count());
+    ASSERT_EQ(out, b.expected());
+  }
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[ms.size() / 2], 10.0) << "median round trip after an idle gap";
+}
+
+TEST_F(Ring, DeadServerFailsTheWaitingClientQuickly) {
+  Peer peer(name);
+  auto c = connect(name);
+  Batch b(2, 4, 16, 3);
+  std::vector<float> out(32);
+  std::atomic<bool> failed{false};
+  clk::time_point failed_at;
+  std::string what;
+  std::thread t([&] {
+    try {
+      c->call(b.view(7), out.data());  // the peer sleeps 10 s on layer 7
+    } catch (const PeerLost& e) {
+      failed_at = clk::now();
+      what = e.what();
+      failed = true;
+    }
+  });
+  std::this_thread::sleep_for(100ms);
+  const auto killed_at = clk::now();
+  peer.proc().kill(SIGKILL);
+  t.join();
+  ASSERT_TRUE(failed);
+  const double ms = std::chrono::duration<double, std::milli>(failed_at - killed_at).count();
+  std::printf("dead worker detected after %.1f ms: %s\n", ms, what.c_str());
+  EXPECT_LT(ms, 300.0);
+  EXPECT_NE(what.find("died"), std::string::npos) << what;
+  EXPECT_THROW(c->call(b.view(1), out.data()), PeerLost);  // the connection stays broken
+}
+
+TEST_F(Ring, ServerDyingMidRequestAndRestartedIsRejoinable) {
+  auto peer = std::make_unique<Peer>(name, std::vector<std::string>{"--channels", "1"});
+  auto c = connect(name);
+  Batch b(3, 4, 16, 4);
+  std::vector<float> out(48);
+  EXPECT_THROW(c->call(b.view(66), out.data()), PeerLost);  // the peer kills itself
+  EXPECT_EQ(peer->proc().wait(5s), 128 + SIGKILL);
+  EXPECT_THROW(RingClient{name}, PeerLost) << "no server: connect must fail, not hang";
+  peer = std::make_unique<Peer>(name, std::vector<std::string>{"--channels", "1"});
+  // The only channel was claimed by `c`; the new server frees it for whoever connects.
+  auto c2 = connect(name);
+  c2->call(b.view(1), out.data());
+  EXPECT_EQ(out, b.expected());
+  EXPECT_THROW(c->call(b.view(1), out.data()), PeerLost);
+}
+
+TEST_F(Ring, StoppedServerFailsClientsAtOnce) {
+  Peer peer(name);
+  auto c = connect(name);
+  Batch b(1, 2, 16, 8);
+  std::vector<float> out(16);
+  c->call(b.view(1), out.data());
+  peer.proc().kill(SIGTERM);
+  EXPECT_EQ(peer.proc().wait(5s), 0);
+  const auto t0 = clk::now();
+  try {
+    c->call(b.view(1), out.data());
+    FAIL() << "no error";
+  } catch (const PeerLost& e) {
+    EXPECT_NE(std::string(e.what()).find("stopped"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(clk::now() - t0, 100ms);
+}
+
+TEST_F(Ring, ChannelsBelongToOneClientEach) {
+  Peer peer(name, {"--channels", "2"});
+  auto a = connect(name);
+  auto b = connect(name);
+  EXPECT_NE(a->channel(), b->channel());
+  try {
+    RingClient third(name);
+    FAIL() << "a third client got a channel";
+  } catch (const PeerLost& e) {
+    EXPECT_NE(std::string(e.what()).find("channels are taken"), std::string::npos) << e.what();
+  }
+  a.reset();
+  auto c = connect(name);
+  // Concurrent clients get their own answers.
+  std::vector<std::thread> ts;
+  std::atomic<int> bad{0};
+  for (RingClient* cl : {b.get(), c.get()})
+    ts.emplace_back([cl, &bad] {
+      for (uint32_t i = 0; i < 200; ++i) {
+        Batch x(1 + i % 9, 4, 16, i * 7 + cl->channel());
+        std::vector<float> out(size_t{x.n} * 16);
+        cl->call(x.view(1), out.data());
+        bad += out != x.expected();
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST_F(Ring, ChannelOfADeadClientIsReclaimed) {
+  Peer peer(name, {"--channels", "1"});
+  connect(name).reset();  // the peer is up
+  const pid_t pid = fork();
+  if (pid == 0) {
+    RingClient* leaked = new RingClient(name);  // claims the only channel and never releases it
+    (void)leaked;
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  auto c = connect(name);
+  Batch b(1, 2, 16, 2);
+  std::vector<float> out(16);
+  c->call(b.view(1), out.data());
+  EXPECT_EQ(out, b.expected());
+}
