@@ -673,7 +673,10 @@ class Parser {
       start_inline = false;
       auto f = make(Expr::K::Filter);
       f->name = expect_name();
-      while (skip_op(".")) f->name += "." + expect_name();
+      while (skip_op(".")) {
+        f->name += '.';
+        f->name += expect_name();
+      }
       if (is_op("(")) parse_call_args(*f);
       f->a = std::move(node);
       node = std::move(f);
@@ -686,7 +689,10 @@ class Parser {
     const bool negated = skip_name("not");
     auto t = make(Expr::K::Test);
     t->name = expect_name();
-    while (skip_op(".")) t->name += "." + expect_name();
+    while (skip_op(".")) {
+      t->name += '.';
+      t->name += expect_name();
+    }
     t->a = std::move(node);
     const Token& c = cur();
     if (is_op("(")) {

@@ -56,7 +56,10 @@ std::string first_difference(const std::string& got, const std::string& want) {
 
 std::string ids_text(const std::vector<int32_t>& ids) {
   std::string s = "[";
-  for (size_t i = 0; i < ids.size() && i < 24; ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size() && i < 24; ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]);
+  }
   if (ids.size() > 24) s += ",...";
   return s + "] (" + std::to_string(ids.size()) + " ids)";
 }
