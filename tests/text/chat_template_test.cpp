@@ -42,39 +42,39 @@ void check_golden(const ChatTemplate& tpl, const std::string& golden_file) {
   }
 }
 
-TEST(ChatTemplate, Glm53GoldenFromModelDir) {
+TEST(TextChatTemplate, Glm53GoldenFromModelDir) {
   // The model directory has no chat_template.jinja, so the template comes from tokenizer_config.json.
   const ChatTemplate tpl = ChatTemplate::from_model_dir(fixture("glm-text"));
   check_golden(tpl, "glm-text/chat-golden.json");
 }
 
-TEST(ChatTemplate, Glm46Golden) {
+TEST(TextChatTemplate, Glm46Golden) {
   const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/glm-chat-template.jinja"),
                                                    fixture("glm-text/tokenizer_config.json"));
   check_golden(tpl, "glm-text/chat-golden-glm46.json");
 }
 
 // Public templates other than GLM's, rendered by transformers 5.17 (tools/fixtures/make_template_goldens.py).
-TEST(ChatTemplate, Qwen3Golden) {
+TEST(TextChatTemplate, Qwen3Golden) {
   const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/qwen3-chat-template.jinja"),
                                                    fixture("glm-text/tokenizer_config.json"));
   check_golden(tpl, "chat-templates/chat-golden-qwen3.json");
 }
 
-TEST(ChatTemplate, Llama33Golden) {
+TEST(TextChatTemplate, Llama33Golden) {
   const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/llama3.3-chat-template.jinja"),
                                                    fixture("glm-text/tokenizer_config.json"));
   check_golden(tpl, "chat-templates/chat-golden-llama3.3.json");
 }
 
-TEST(ChatTemplate, GlmExtraGoldens) {
+TEST(TextChatTemplate, GlmExtraGoldens) {
   check_golden(ChatTemplate::from_file(fixture("templates/glm53-chat-template.jinja"), fixture("glm-text/tokenizer_config.json")),
                "chat-templates/chat-golden-glm53-extra.json");
   check_golden(ChatTemplate::from_file(fixture("templates/glm-chat-template.jinja"), fixture("glm-text/tokenizer_config.json")),
                "chat-templates/chat-golden-glm46-extra.json");
 }
 
-TEST(ChatTemplate, Qwen3RefusesNullContentLikeJinja2) {
+TEST(TextChatTemplate, Qwen3RefusesNullContentLikeJinja2) {
   // transformers fails on this conversation too ("argument of type 'NoneType' is not iterable"):
   // the error must be a clear exception, not a crash.
   const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/qwen3-chat-template.jinja"));
@@ -88,7 +88,7 @@ TEST(ChatTemplate, Qwen3RefusesNullContentLikeJinja2) {
   }
 }
 
-TEST(ChatTemplate, Glm53ThinkingOffAndClearThinking) {
+TEST(TextChatTemplate, Glm53ThinkingOffAndClearThinking) {
   // Hand-checked against glm-chat-format.md's GLM-5.3 notes: the generation prompt always ends
   // "<|assistant|><think>"; clear_thinking drops reasoning of turns before the last user turn.
   const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/glm53-chat-template.jinja"));
@@ -105,7 +105,7 @@ TEST(ChatTemplate, Glm53ThinkingOffAndClearThinking) {
             "<|user|>Q2<|assistant|><think>");
 }
 
-TEST(ChatTemplate, OpenAiRequestArgumentsStringsAreParsed) {
+TEST(TextChatTemplate, OpenAiRequestArgumentsStringsAreParsed) {
   const ChatTemplate tpl = ChatTemplate::from_file(fixture("templates/glm53-chat-template.jinja"));
   const std::string req = R"({"model":"glm","reasoning_effort":"high","messages":[
       {"role":"user","content":"Weather?"},
@@ -119,7 +119,7 @@ TEST(ChatTemplate, OpenAiRequestArgumentsStringsAreParsed) {
             "<|observation|><tool_response>sunny</tool_response><|assistant|><think>");
 }
 
-TEST(ChatTemplate, ErrorsNameTheTemplateAndLine) {
+TEST(TextChatTemplate, ErrorsNameTheTemplateAndLine) {
   try {
     ChatTemplate bad("line one\n{% if x %}never closed", "bad.jinja");
     FAIL() << "expected a syntax error";

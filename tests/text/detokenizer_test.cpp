@@ -16,7 +16,7 @@ const Tokenizer& glm() {
   return t;
 }
 
-TEST(Detokenizer, StreamOfEveryGoldenCaseEqualsGoldenDecode) {
+TEST(TextDetokenizer, StreamOfEveryGoldenCaseEqualsGoldenDecode) {
   const auto golden = nlohmann::json::parse(testing::read_file(testing::fixture("glm-text/tokenizer-golden.json")));
   for (const bool skip : {false, true}) {
     for (const auto& c : golden["cases"]) {
@@ -35,7 +35,7 @@ TEST(Detokenizer, StreamOfEveryGoldenCaseEqualsGoldenDecode) {
   }
 }
 
-TEST(Detokenizer, HoldsBackOnlyAnIncompleteCharacter) {
+TEST(TextDetokenizer, HoldsBackOnlyAnIncompleteCharacter) {
   // "🙂" is F0 9F 99 82: one byte-level token per byte gives nothing until the last byte.
   std::vector<int32_t> bytes;
   for (unsigned char b : std::string("\xF0\x9F\x99\x82!")) bytes.push_back(*glm().token_to_id(byte_to_vocab_char(b)));
@@ -49,7 +49,7 @@ TEST(Detokenizer, HoldsBackOnlyAnIncompleteCharacter) {
   EXPECT_EQ(d.finish(), "");
 }
 
-TEST(Detokenizer, BrokenSequenceBecomesReplacementCharacterExactlyOnce) {
+TEST(TextDetokenizer, BrokenSequenceBecomesReplacementCharacterExactlyOnce) {
   // F0 9F then 'A': the two bytes can never complete; like from_utf8_lossy, one U+FFFD.
   std::vector<int32_t> ids;
   for (unsigned char b : std::string("\xF0\x9F" "A\xE4")) ids.push_back(*glm().token_to_id(byte_to_vocab_char(b)));

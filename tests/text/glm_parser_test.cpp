@@ -61,10 +61,10 @@ void expect_example3(const GlmMessage& m) {
   EXPECT_EQ(m.tool_calls[1].arguments, R"({"value": 30, "from": "C", "to": "F", "round": true})");
 }
 
-TEST(GlmParser, SpecExample3Glm46Form) { expect_example3(parse_glm_output(kGlm46, options(false))); }
-TEST(GlmParser, SpecExample3Glm47Form) { expect_example3(parse_glm_output(kGlm47, options(true))); }
+TEST(TextGlmParser, SpecExample3Glm46Form) { expect_example3(parse_glm_output(kGlm46, options(false))); }
+TEST(TextGlmParser, SpecExample3Glm47Form) { expect_example3(parse_glm_output(kGlm47, options(true))); }
 
-TEST(GlmParser, ReasoningOnlyWhenNoThinkEnd) {
+TEST(TextGlmParser, ReasoningOnlyWhenNoThinkEnd) {
   // max_tokens hit while thinking: everything is reasoning, no content.
   const auto m = parse_glm_output("still thinking about <tool_call>x", options(true));
   EXPECT_EQ(m.reasoning_content, "still thinking about <tool_call>x");
@@ -72,19 +72,19 @@ TEST(GlmParser, ReasoningOnlyWhenNoThinkEnd) {
   EXPECT_TRUE(m.tool_calls.empty());
 }
 
-TEST(GlmParser, ThinkingDisabledIsAllContent) {
+TEST(TextGlmParser, ThinkingDisabledIsAllContent) {
   const auto m = parse_glm_output("  Hello there.\n", options(false));
   EXPECT_FALSE(m.reasoning_content.has_value());
   EXPECT_EQ(m.content, "Hello there.");
 }
 
-TEST(GlmParser, WithoutToolsToolTagsAreContent) {
+TEST(TextGlmParser, WithoutToolsToolTagsAreContent) {
   const auto m = parse_glm_output("r</think>a <tool_call>b</tool_call>", options(true, false));
   EXPECT_EQ(m.reasoning_content, "r");
   EXPECT_EQ(m.content, "a <tool_call>b</tool_call>");
 }
 
-TEST(GlmParser, ZeroArgumentCallsAndTyping) {
+TEST(TextGlmParser, ZeroArgumentCallsAndTyping) {
   const auto m = parse_glm_output(
       "</think><tool_call>now</tool_call><tool_call>write_file<arg_key>path</arg_key><arg_value>a \"b\".txt</arg_value>"
       "<arg_key>text</arg_key><arg_value>\nline1\n\tline2 ü\n</arg_value><arg_key>meta</arg_key>"
@@ -104,7 +104,7 @@ TEST(GlmParser, ZeroArgumentCallsAndTyping) {
             "\"extra\": true, \"raw\": \"not json\", \"num\": \"007\"}");
 }
 
-TEST(GlmParser, StringTypedNumberStaysString) {
+TEST(TextGlmParser, StringTypedNumberStaysString) {
   const auto m = parse_glm_output("</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>123</arg_value>"
                                   "<arg_key>days</arg_key><arg_value>123</arg_value></tool_call>",
                                   options(true));
@@ -112,7 +112,7 @@ TEST(GlmParser, StringTypedNumberStaysString) {
   EXPECT_EQ(m.tool_calls[0].arguments, R"({"city": "123", "days": 123})");
 }
 
-TEST(GlmParser, UnfinishedCallStillYieldsAJsonObject) {
+TEST(TextGlmParser, UnfinishedCallStillYieldsAJsonObject) {
   const auto m = parse_glm_output("</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Par", options(true));
   ASSERT_EQ(m.tool_calls.size(), 1u);
   EXPECT_EQ(m.tool_calls[0].arguments, R"({"city": "Par"})");
@@ -165,7 +165,7 @@ void check_stream_equals_oneshot(const std::string& text, bool in_reasoning, con
   }
 }
 
-TEST(GlmParser, FuzzEverySingleSplitPoint) {
+TEST(TextGlmParser, FuzzEverySingleSplitPoint) {
   for (const auto& [text, in_reasoning] : fuzz_corpus())
     for (size_t cut = 0; cut <= text.size(); ++cut) {
       SCOPED_TRACE(text.substr(0, 30) + " cut " + std::to_string(cut));
@@ -174,7 +174,7 @@ TEST(GlmParser, FuzzEverySingleSplitPoint) {
     }
 }
 
-TEST(GlmParser, FuzzByteAtATimeAndRandomSplits) {
+TEST(TextGlmParser, FuzzByteAtATimeAndRandomSplits) {
   std::mt19937 rng(7);
   for (const auto& [text, in_reasoning] : fuzz_corpus()) {
     std::vector<size_t> every;
@@ -189,7 +189,7 @@ TEST(GlmParser, FuzzByteAtATimeAndRandomSplits) {
   }
 }
 
-TEST(GlmParser, StreamingDeltaOrderMatchesOpenAi) {
+TEST(TextGlmParser, StreamingDeltaOrderMatchesOpenAi) {
   // Name (with id) comes before any argument text, arguments arrive in order, '}' last.
   GlmStreamParser p(options(true));
   std::vector<GlmDelta> deltas;
@@ -213,7 +213,7 @@ TEST(GlmParser, StreamingDeltaOrderMatchesOpenAi) {
   EXPECT_EQ(args0, R"({"city": "Paris", "days": 2})");
 }
 
-TEST(GlmParser, TokenStreamThroughDetokenizer) {
+TEST(TextGlmParser, TokenStreamThroughDetokenizer) {
   // Whole path of a streamed reply: token ids -> detokenizer deltas -> parser deltas.
   const Tokenizer tok = Tokenizer::from_file(testing::fixture("glm-text/tokenizer.json"));
   const std::string text = kGlm47;

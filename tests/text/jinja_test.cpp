@@ -19,7 +19,7 @@ struct Case {
   const char* want;
 };
 
-TEST(Jinja, Semantics) {
+TEST(TextJinja, Semantics) {
   const Case cases[] = {
       // whitespace control: trim_blocks, lstrip_blocks, '-' and '+', trailing newline dropped
       {"{% if true %}\nA\n{% endif %}\nB\n", "{}", "A\nB"},
@@ -103,7 +103,7 @@ TEST(Jinja, Semantics) {
   }
 }
 
-TEST(Jinja, ErrorsAreClearAndCarryTheLine) {
+TEST(TextJinja, ErrorsAreClearAndCarryTheLine) {
   struct Bad {
     const char* src;
     const char* needle;
@@ -133,7 +133,7 @@ TEST(Jinja, ErrorsAreClearAndCarryTheLine) {
   }
 }
 
-TEST(Jinja, PythonFloatRepr) {
+TEST(TextJinja, PythonFloatRepr) {
   EXPECT_EQ(py_float_repr(0.1), "0.1");
   EXPECT_EQ(py_float_repr(100.0), "100.0");
   EXPECT_EQ(py_float_repr(1e16), "1e+16");
