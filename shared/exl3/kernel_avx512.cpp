@@ -1,4 +1,5 @@
-// AVX-512 path (F/BW/VL/DQ + VNNI): one zmm covers the two tiles of a pair (lanes 0-7 and 8-15),
+// AVX-512 path (F/BW/VL/DQ + VNNI + VBMI/VBMI2: Ice Lake, Sapphire Rapids, Zen 4 and later):
+// one zmm covers the two tiles of a pair (lanes 0-7 and 8-15),
 // up to 8 batch rows keep their accumulators in registers.
 #include <immintrin.h>
 
@@ -19,11 +20,13 @@ struct V512 {
   static I prev(I w) {
     return _mm512_permutexvar_epi32(_mm512_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6, 15, 8, 9, 10, 11, 12, 13, 14), w);
   }
-  static I mid(I a, I b) { return _mm512_or_si512(_mm512_slli_epi32(a, 16), _mm512_srli_epi32(b, 16)); }
+  static I mid(I a, I b) { return _mm512_shldi_epi32(a, b, 16); }  // (a << 16) | (b >> 16)
+  // (v >> S) & 0xFFFF per dword in one shuffle-port op: each dword's two state bytes are picked
+  // at bit offsets S and S + 8 from its qword, the other two bytes zeroed.
   template <int S>
   static I window(I v) {
-    if constexpr (S == 0) return _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF));
-    else return _mm512_and_si512(_mm512_srli_epi32(v, S), _mm512_set1_epi32(0xFFFF));
+    constexpr uint64_t c = uint64_t(S) | uint64_t(S + 8) << 8 | uint64_t(32 + S) << 32 | uint64_t(40 + S) << 40;
+    return _mm512_maskz_multishift_epi64_epi8(0x3333333333333333ull, _mm512_set1_epi64(static_cast<long long>(c)), v);
   }
 
   // fp32 → nearest fp16 value, as fp32. Veltkamp's split with 2^13+1 keeps 11 significant bits;

@@ -59,10 +59,14 @@ struct FusedKernel {
     }
   }
 
+  // Steps u and u + 4 share their input row (and differ in column half), so they run back to
+  // back: each broadcast input is used twice at once instead of being kept live across steps.
+  static constexpr int order(int i) { return (i & ~7) | ((i & 1) << 2) | ((i >> 1) & 3); }
+
   template <int... U>
   [[gnu::always_inline]] static inline void steps(const I* W, const I* M, const float* x, int64_t xs,
                                                   F (&acc)[NR][2], std::integer_sequence<int, U...>) {
-    (step<U>(W, M, x, xs, acc, std::make_integer_sequence<int, NR>{}), ...);
+    (step<order(U)>(W, M, x, xs, acc, std::make_integer_sequence<int, NR>{}), ...);
   }
 
   template <int U, int... R>

@@ -24,7 +24,8 @@ bool simd_supported(SimdPath p) {
     case SimdPath::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vnni");
+             __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
+             __builtin_cpu_supports("avx512vbmi2");
   }
   return false;
 }

@@ -12,7 +12,7 @@ namespace ft::exl3 {
 enum class SimdPath : uint8_t {
   Scalar,  // portable fallback (reference decode per tile)
   Avx2,    // AVX2 + FMA + F16C: the baseline of every supported host
-  Avx512,  // AVX-512 F/BW/VL/DQ + VNNI
+  Avx512,  // AVX-512 F/BW/VL/DQ + VNNI + VBMI/VBMI2 (Ice Lake, Sapphire Rapids, Zen 4 and later)
 };
 
 const char* simd_name(SimdPath p);
