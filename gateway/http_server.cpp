@@ -1,0 +1,270 @@
+#include "gateway/http_server.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "gateway/api_error.h"
+#include "gateway/endpoints.h"
+
+namespace ft::gateway {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+std::string HttpRequest::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k.size() == name.size() &&
+        std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) { return std::tolower((unsigned char)a) == std::tolower((unsigned char)b); }))
+      return v;
+  return {};
+}
+
+namespace {
+
+auto token(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+
+class BeastExchange final : public HttpExchange {
+ public:
+  BeastExchange(beast::tcp_stream& stream, HttpRequest req, unsigned version, bool keep_alive)
+      : stream_(stream), req_(std::move(req)), version_(version), keep_alive_(keep_alive), read_done_(stream.get_executor()) {}
+
+  const HttpRequest& request() const override { return req_; }
+  asio::any_io_executor executor() const override { return stream_.get_executor(); }
+  bool responded() const override { return responded_; }
+  bool closing() const { return closing_ || !keep_alive_; }
+  bool client_gone() const override { return gone_; }
+
+  asio::awaitable<void> respond(int status, std::string_view content_type, std::string body,
+                                std::vector<std::pair<std::string, std::string>> extra) override {
+    http::response<http::string_body> res{static_cast<http::status>(status), version_};
+    res.set(http::field::server, "flashtier-gateway");
+    res.set(http::field::content_type, content_type);
+    for (auto& [k, v] : extra) res.set(k, v);
+    res.keep_alive(keep_alive_ && !closing_);
+    if (req_.method != "HEAD") res.body() = std::move(body);
+    res.prepare_payload();
+    responded_ = true;
+    error_code ec;
+    co_await http::async_write(stream_, res, token(ec));
+    if (ec || !res.keep_alive()) closing_ = true;
+  }
+
+  asio::awaitable<bool> begin_events() override {
+    http::response<http::empty_body> res{http::status::ok, version_};
+    res.set(http::field::server, "flashtier-gateway");
+    res.set(http::field::content_type, "text/event-stream");
+    res.set(http::field::cache_control, "no-cache");
+    res.set("X-Accel-Buffering", "no");
+    res.chunked(true);
+    res.keep_alive(false);  // one stream per connection (toolchain.md P8)
+    responded_ = true;
+    closing_ = true;
+    http::response_serializer<http::empty_body> sr{res};
+    error_code ec;
+    co_await http::async_write_header(stream_, sr, token(ec));
+    co_return !ec;
+  }
+
+  asio::awaitable<bool> write(std::string data) override {
+    if (data.empty()) co_return true;
+    error_code ec;
+    co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)), token(ec));
+    co_return !ec;
+  }
+
+  asio::awaitable<void> end_events() override {
+    error_code ec;
+    co_await asio::async_write(stream_, http::make_chunk_last(), token(ec));
+  }
+
+  void watch_disconnect(std::function<void()> on_gone) override {
+    on_gone_ = std::move(on_gone);
+    watching_ = true;
+    if (!wait_pending_) arm();
+  }
+
+  asio::awaitable<void> unwatch_disconnect() override {
+    watching_ = false;
+    on_gone_ = nullptr;
+    if (!wait_pending_) co_return;
+    error_code ec;
+    stream_.socket().cancel(ec);
+    read_done_.expires_at(asio::steady_timer::time_point::max());
+    co_await read_done_.async_wait(token(ec));
+  }
+
+ private:
+  // A wait for readability runs beside the response: it completes when the peer closes (EOF or
+  // reset) and then fires on_gone at once, whatever the generation is doing.
+  void arm() {
+    wait_pending_ = true;
+    stream_.socket().async_wait(tcp::socket::wait_read, [this](error_code ec) {
+      wait_pending_ = false;
+      if (!watching_) {
+        read_done_.cancel();
+        return;
+      }
+      error_code ec2;
+      size_t avail = ec ? 0 : stream_.socket().available(ec2);
+      if (ec || ec2 || avail == 0) {
+        gone_ = true;
+        watching_ = false;
+        closing_ = true;
+        if (auto f = std::move(on_gone_)) f();
+        return;
+      }
+      // Bytes of a pipelined request: leave them for the next read; stop watching.
+      watching_ = false;
+    });
+  }
+
+  beast::tcp_stream& stream_;
+  HttpRequest req_;
+  unsigned version_;
+  bool keep_alive_;
+  bool responded_ = false;
+  bool closing_ = false;
+  bool watching_ = false;
+  bool wait_pending_ = false;
+  bool gone_ = false;
+  std::function<void()> on_gone_;
+  asio::steady_timer read_done_;
+};
+
+std::string endpoint_label(const std::string& path) {
+  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/generate", "/tokenize", "/detokenize",
+                                "/v1/models", "/health", "/metrics", "/server_info", "/get_server_info",
+                                "/get_model_info", "/health_generate", "/v1/tokenize", "/v1/detokenize"};
+  for (const char* k : known)
+    if (path == k) return k;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+asio::awaitable<void> write_plain_error(beast::tcp_stream& stream, unsigned version, const ApiError& e) {
+  http::response<http::string_body> res{static_cast<http::status>(e.status), version};
+  res.set(http::field::server, "flashtier-gateway");
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(false);
+  res.body() = error_json(e);
+  res.prepare_payload();
+  error_code ec;
+  co_await http::async_write(stream, res, token(ec));
+}
+
+asio::awaitable<void> session(App& app, tcp::socket socket) {
+  error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  app.metrics.http_connections.fetch_add(1);
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(app.opts.max_body_bytes);
+    parser.header_limit(64 * 1024);
+    stream.expires_after(std::chrono::seconds(app.opts.request_timeout_s));
+    co_await http::async_read(stream, buffer, parser, token(ec));
+    if (ec == http::error::body_limit) {
+      app.metrics.count_request("other", 413);
+      co_await write_plain_error(stream, 11,
+                                 ApiError{413, "request body is larger than the limit of " + std::to_string(app.opts.max_body_bytes) + " bytes",
+                                          "", "invalid_request_error", "request_too_large"});
+      break;
+    }
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
+        ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
+      break;
+    if (ec) {
+      if (ec == http::error::header_limit)
+        co_await write_plain_error(stream, 11, ApiError{431, "request headers are too large", "", "invalid_request_error", "headers_too_large"});
+      else if (buffer.size() > 0 || parser.got_some())
+        co_await write_plain_error(stream, 11, ApiError{400, "malformed HTTP request: " + ec.message(), "", "invalid_request_error", "bad_http"});
+      break;
+    }
+    stream.expires_never();
+    auto& msg = parser.get();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    req.path = req.target.substr(0, req.target.find('?'));
+    for (const auto& f : msg) req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    req.body = std::move(msg.body());
+    BeastExchange ex(stream, std::move(req), msg.version(), msg.keep_alive());
+    int status = 500;
+    std::string failure;
+    try {
+      status = co_await handle_request(app, ex);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    if (!failure.empty()) {  // (no co_await inside a handler)
+      status = 500;
+      if (!ex.responded())
+        co_await ex.respond(500, "application/json",
+                            error_json(ApiError{500, "internal error: " + failure, "", "server_error", "internal"}), {});
+    }
+    app.metrics.count_request(endpoint_label(ex.request().path), status);
+    if (ex.closing() || ex.client_gone()) break;
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream.close();
+  app.metrics.http_connections.fetch_sub(1);
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(App& a, asio::io_context& i) : app(a), ioc(i), acceptor(i) {}
+  App& app;
+  asio::io_context& ioc;
+  tcp::acceptor acceptor;
+
+  asio::awaitable<void> accept_loop() {
+    for (;;) {
+      tcp::socket sock(asio::make_strand(ioc));
+      error_code ec;
+      co_await acceptor.async_accept(sock, token(ec));
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      if (ec) continue;  // e.g. EMFILE: keep serving the others
+      auto ex = sock.get_executor();
+      asio::co_spawn(ex, session(app, std::move(sock)), asio::detached);
+    }
+  }
+};
+
+HttpServer::HttpServer(App& app, asio::io_context& ioc) : impl_(std::make_unique<Impl>(app, ioc)) {}
+HttpServer::~HttpServer() = default;
+
+unsigned short HttpServer::listen(const std::string& host, int port) {
+  auto addr = asio::ip::make_address(host);
+  tcp::endpoint ep(addr, static_cast<unsigned short>(port));
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol());
+  a.set_option(asio::socket_base::reuse_address(true));
+  a.bind(ep);
+  a.listen(asio::socket_base::max_listen_connections);
+  return a.local_endpoint().port();
+}
+
+void HttpServer::start() { asio::co_spawn(impl_->acceptor.get_executor(), impl_->accept_loop(), asio::detached); }
+
+void HttpServer::stop() {
+  error_code ec;
+  impl_->acceptor.close(ec);
+}
+
+}  // namespace ft::gateway

@@ -1,0 +1,198 @@
+// Routing, authentication and the small endpoints: /health, /v1/models, /metrics, /tokenize,
+// /detokenize, /server_info.
+#include <chrono>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "gateway/endpoints.h"
+#include "gateway/openai_schema.h"
+#include "shared/core/error.h"
+
+namespace ft::gateway {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+const int64_t kStarted = unix_now();
+
+bool same(std::string_view a, std::string_view b) {  // constant time for equal lengths
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+json model_card(const App& app) {
+  json card = {{"id", app.model->served_name()}, {"object", "model"}, {"created", kStarted}, {"owned_by", "flashtier"},
+               {"root", app.model->model_dir()}, {"parent", nullptr}};
+  if (auto info = app.pool->model_info()) card["max_model_len"] = info->context_length();
+  return card;
+}
+
+asio::awaitable<int> respond_json(HttpExchange& ex, int status, const json& j) {
+  co_await ex.respond(status, "application/json", dump(j));
+  co_return status;
+}
+
+asio::awaitable<int> health(App& app, HttpExchange& ex) {
+  json workers = json::array();
+  for (const auto& w : app.pool->snapshot())
+    workers.push_back({{"address", w.address}, {"state", w.state}, {"ready", w.ready}, {"detail", w.detail}, {"outstanding", w.outstanding}});
+  bool ok = app.pool->any_ready();
+  json body = {{"status", ok ? "ok" : "unavailable"}, {"workers", workers}};
+  co_return co_await respond_json(ex, ok ? 200 : 503, body);
+}
+
+asio::awaitable<int> server_info(App& app, HttpExchange& ex) {
+  auto info = app.pool->model_info();
+  json j = {{"model_path", app.model->model_dir()},
+            {"tokenizer_path", app.model->model_dir()},
+            {"served_model_name", app.model->served_name()},
+            {"context_length", info ? json(info->context_length()) : json(nullptr)},
+            {"max_total_num_tokens", info ? json(info->context_length()) : json(nullptr)},
+            {"vocab_size", app.model->vocab_size()},
+            {"eos_token_ids", app.model->eos_ids()},
+            {"is_generation", true},
+            {"version", "flashtier-gateway 0.1"},
+            {"max_running_requests", app.opts.max_queue},
+            {"workers", json::array()}};
+  if (info) {
+    j["model_type"] = info->model_type();
+    j["max_batch_size"] = info->max_batch_size();
+  }
+  for (const auto& w : app.pool->snapshot())
+    j["workers"].push_back({{"address", w.address}, {"state", w.state}, {"running", w.running}, {"waiting", w.waiting}});
+  co_return co_await respond_json(ex, 200, j);
+}
+
+asio::awaitable<int> tokenize(App& app, HttpExchange& ex) {
+  std::optional<ApiError> err;
+  json out;
+  try {
+    TokenizeSpec s = parse_tokenize_request(ex.request().body);
+    std::string text;
+    if (s.prompt) {
+      text = *s.prompt;
+    } else {
+      if (!app.model->has_chat_template())
+        throw ApiError{500, "the model has no usable chat template: " + app.model->chat_template_error(), "", "server_error", "no_chat_template"};
+      try {
+        text = app.model->render_chat(*s.chat_request);
+      } catch (const std::exception& e) {
+        throw ApiError::bad_field("messages", std::string("the chat template could not render these messages: ") + e.what());
+      }
+    }
+    auto ids = app.model->tokenizer().encode(text);
+    out = {{"tokens", ids}, {"count", ids.size()}};
+    if (auto info = app.pool->model_info()) out["max_model_len"] = info->context_length();
+  } catch (const ApiError& e) {
+    err = e;
+  }
+  if (err) co_return co_await respond_error(ex, *err);
+  co_return co_await respond_json(ex, 200, out);
+}
+
+asio::awaitable<int> detokenize(App& app, HttpExchange& ex) {
+  std::optional<ApiError> err;
+  json out;
+  try {
+    auto ids = parse_detokenize_request(ex.request().body, {app.opts.max_n, app.model->vocab_size(), app.model->served_name()});
+    out = {{"prompt", app.model->tokenizer().decode(ids, false)}};
+  } catch (const ApiError& e) {
+    err = e;
+  }
+  if (err) co_return co_await respond_error(ex, *err);
+  co_return co_await respond_json(ex, 200, out);
+}
+
+}  // namespace
+
+std::string new_request_id(App& app, const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(app.next_id.fetch_add(1)));
+  return std::string(prefix) + buf;
+}
+
+asio::awaitable<int> respond_error(HttpExchange& ex, const ApiError& e) {
+  if (ex.responded()) co_return e.status;
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (e.status == 429 || e.status == 503) extra.emplace_back("Retry-After", "1");
+  if (e.status == 401) extra.emplace_back("WWW-Authenticate", "Bearer");
+  co_await ex.respond(e.status, "application/json", error_json(e), std::move(extra));
+  co_return e.status;
+}
+
+asio::awaitable<int> handle_request(App& app, HttpExchange& ex) {
+  const HttpRequest& req = ex.request();
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool post = req.method == "POST";
+
+  struct Route {
+    const char* path;
+    bool post;
+  };
+  static const Route routes[] = {
+      {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/generate", true},   {"/tokenize", true},
+      {"/detokenize", true},          {"/v1/models", false},     {"/health", false},    {"/health_generate", false},
+      {"/metrics", false},            {"/server_info", false},   {"/get_server_info", false}, {"/get_model_info", false},
+      {"/v1/tokenize", true},         {"/v1/detokenize", true}};
+  const Route* route = nullptr;
+  for (const auto& r : routes)
+    if (path == r.path) route = &r;
+  const bool model_by_id = path.rfind("/v1/models/", 0) == 0;
+  if (!route && !model_by_id)
+    co_return co_await respond_error(ex, ApiError{404, "no such endpoint: " + req.method + " " + path, "", "invalid_request_error", "not_found"});
+  if ((route && route->post && !post) || ((model_by_id || (route && !route->post)) && !get))
+    co_return co_await respond_error(
+        ex, ApiError{405, "method " + req.method + " is not allowed on " + path, "", "invalid_request_error", "method_not_allowed"});
+
+  if (!app.opts.api_key.empty() && path != "/health" && path != "/metrics") {
+    std::string auth = req.header("authorization");
+    std::string_view token;
+    if (auth.size() > 7 && (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0)) token = std::string_view(auth).substr(7);
+    if (!same(token, app.opts.api_key))
+      co_return co_await respond_error(
+          ex, ApiError{401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "incorrect API key provided", "",
+                       "invalid_request_error", "invalid_api_key"});
+  }
+
+  if (path == "/v1/chat/completions") co_return co_await handle_chat_completions(app, ex);
+  if (path == "/v1/completions") co_return co_await handle_completions(app, ex);
+  if (path == "/generate") co_return co_await handle_sglang_generate(app, ex);
+  if (path == "/tokenize" || path == "/v1/tokenize") co_return co_await tokenize(app, ex);
+  if (path == "/detokenize" || path == "/v1/detokenize") co_return co_await detokenize(app, ex);
+  if (path == "/health" || path == "/health_generate") co_return co_await health(app, ex);
+  if (path == "/metrics") {
+    co_await ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", app.metrics.render() + app.pool->render_metrics());
+    co_return 200;
+  }
+  if (path == "/server_info" || path == "/get_server_info") co_return co_await server_info(app, ex);
+  if (path == "/get_model_info") {
+    json body = {{"model_path", app.model->model_dir()}, {"tokenizer_path", app.model->model_dir()},
+                 {"is_generation", true}, {"served_model_name", app.model->served_name()}};
+    co_return co_await respond_json(ex, 200, body);
+  }
+  if (path == "/v1/models") {
+    json body = {{"object", "list"}, {"data", json::array({model_card(app)})}};
+    co_return co_await respond_json(ex, 200, body);
+  }
+  // /v1/models/{id}
+  std::string id = path.substr(std::string("/v1/models/").size());
+  if (id != app.model->served_name())
+    co_return co_await respond_error(ex, ApiError{404, "The model '" + id + "' does not exist", "model", "invalid_request_error", "model_not_found"});
+  json card = model_card(app);
+  co_return co_await respond_json(ex, 200, card);
+}
+
+}  // namespace ft::gateway

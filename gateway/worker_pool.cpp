@@ -1,0 +1,270 @@
+#include "gateway/worker_pool.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "proto/flashtier/generate.grpc.pb.h"
+
+namespace ft::gateway {
+
+namespace v1 = flashtier::v1;
+
+struct WorkerPool::Worker {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Generation::Stub> stub;
+  std::atomic<int> outstanding{0};
+  std::atomic<uint64_t> total{0};
+  std::atomic<bool> ready{false};
+  mutable std::mutex mu;  // guards the fields below
+  std::string state = "UNKNOWN";
+  std::string detail;
+  v1::StatsResponse stats;
+  bool have_info = false;
+};
+
+namespace {
+
+class GenerateReactor final : public grpc::ClientReadReactor<v1::GenerateResponse>, public GenerateCall {
+ public:
+  GenerateReactor(WorkerPool* pool, WorkerPool::Worker* w, EventSink sink) : pool_(pool), w_(w), sink_(std::move(sink)) {}
+
+  void start(std::shared_ptr<GenerateReactor> self, const v1::GenerateRequest& req) {
+    self_ = std::move(self);
+    req_ = req;
+    w_->stub->async()->Generate(&ctx_, &req_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+
+  void cancel() override { ctx_.TryCancel(); }
+  const std::string& worker() const override { return w_->address; }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows with the status
+    GenerateEvent ev;
+    ev.msg.Swap(&resp_);
+    sink_(std::move(ev));
+    StartRead(&resp_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    w_->outstanding.fetch_sub(1);
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) pool_->mark_unreachable(w_->address, s.error_message());
+    GenerateEvent ev;
+    ev.ended = true;
+    ev.status_code = static_cast<int>(s.error_code());
+    ev.status_message = s.error_message();
+    sink_(std::move(ev));
+    sink_ = nullptr;  // breaks the cycle through the sink's captured state
+    auto keep = std::move(self_);  // the reactor may be freed when this returns
+  }
+
+ private:
+  WorkerPool* pool_;
+  WorkerPool::Worker* w_;
+  EventSink sink_;
+  grpc::ClientContext ctx_;
+  v1::GenerateRequest req_;
+  v1::GenerateResponse resp_;
+  std::shared_ptr<GenerateReactor> self_;
+};
+
+const char* health_name(v1::HealthResponse::Status s) {
+  switch (s) {
+    case v1::HealthResponse::SERVING: return "SERVING";
+    case v1::HealthResponse::LOADING: return "LOADING";
+    case v1::HealthResponse::NOT_SERVING: return "NOT_SERVING";
+    default: return "UNKNOWN";
+  }
+}
+
+std::string escape_label(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o.push_back('\\');
+    if (c == '\n') { o += "\\n"; continue; }
+    o.push_back(c);
+  }
+  return o;
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(std::vector<std::string> addresses, std::chrono::milliseconds poll_interval) : interval_(poll_interval) {
+  for (auto& a : addresses) {
+    auto w = std::make_unique<Worker>();
+    w->address = a;
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    w->channel = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
+    w->stub = v1::Generation::NewStub(w->channel);
+    workers_.push_back(std::move(w));
+  }
+}
+
+WorkerPool::~WorkerPool() { stop(); }
+
+void WorkerPool::start() {
+  std::lock_guard lk(mu_);
+  if (poller_.joinable()) return;
+  stopping_ = false;
+  poller_ = std::thread([this] { poll_loop(); });
+}
+
+void WorkerPool::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (poller_.joinable()) poller_.join();
+}
+
+void WorkerPool::poll_loop() {
+  for (;;) {
+    poll_once();
+    std::unique_lock lk(mu_);
+    if (cv_.wait_for(lk, interval_, [this] { return stopping_; })) return;
+  }
+}
+
+void WorkerPool::poll_once() {
+  auto timeout = std::max<std::chrono::milliseconds>(interval_, std::chrono::milliseconds(500));
+  for (auto& w : workers_) {
+    grpc::ClientContext hctx;
+    hctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    v1::HealthResponse hr;
+    grpc::Status s = w->stub->Health(&hctx, v1::HealthRequest(), &hr);
+    bool serving = s.ok() && hr.status() == v1::HealthResponse::SERVING;
+    v1::StatsResponse st;
+    bool have_stats = false;
+    if (s.ok()) {
+      grpc::ClientContext sctx;
+      sctx.set_deadline(std::chrono::system_clock::now() + timeout);
+      have_stats = w->stub->Stats(&sctx, v1::StatsRequest(), &st).ok();
+    }
+    bool need_info;
+    {
+      std::lock_guard lk(w->mu);
+      need_info = !w->have_info;
+    }
+    if (serving && need_info) {
+      grpc::ClientContext ictx;
+      ictx.set_deadline(std::chrono::system_clock::now() + timeout);
+      v1::ModelInfoResponse info;
+      if (w->stub->ModelInfo(&ictx, v1::ModelInfoRequest(), &info).ok()) {
+        {
+          std::lock_guard lk(w->mu);
+          w->have_info = true;
+        }
+        std::lock_guard lk(mu_);
+        if (!info_) info_ = info;
+      } else {
+        serving = false;
+      }
+    }
+    {
+      std::lock_guard lk(w->mu);
+      w->state = s.ok() ? health_name(hr.status()) : "UNREACHABLE";
+      w->detail = s.ok() ? hr.detail() : s.error_message();
+      if (have_stats) w->stats = st;
+    }
+    w->ready.store(serving);
+  }
+}
+
+void WorkerPool::mark_unreachable(const std::string& address, const std::string& detail) {
+  for (auto& w : workers_) {
+    if (w->address != address) continue;
+    w->ready.store(false);
+    std::lock_guard lk(w->mu);
+    w->state = "UNREACHABLE";
+    w->detail = detail;
+  }
+  cv_.notify_all();  // no-op for the sleeping poller; the next poll brings it back
+}
+
+std::shared_ptr<GenerateCall> WorkerPool::generate(const v1::GenerateRequest& req, EventSink sink, std::string* why) {
+  Worker* best = nullptr;
+  size_t n = workers_.size();
+  size_t start = static_cast<size_t>(rr_.fetch_add(1) % (n ? n : 1));
+  for (size_t k = 0; k < n; ++k) {
+    Worker* w = workers_[(start + k) % n].get();
+    if (!w->ready.load()) continue;
+    if (!best || w->outstanding.load() < best->outstanding.load()) best = w;
+  }
+  if (!best) {
+    if (why) *why = "no gpu-worker is ready (loading or down)";
+    return nullptr;
+  }
+  best->outstanding.fetch_add(1);
+  best->total.fetch_add(1);
+  auto r = std::make_shared<GenerateReactor>(this, best, std::move(sink));
+  r->start(r, req);
+  return r;
+}
+
+bool WorkerPool::any_ready() const {
+  for (const auto& w : workers_)
+    if (w->ready.load()) return true;
+  return false;
+}
+
+int WorkerPool::outstanding() const {
+  int n = 0;
+  for (const auto& w : workers_) n += w->outstanding.load();
+  return n;
+}
+
+std::optional<v1::ModelInfoResponse> WorkerPool::model_info() const {
+  std::lock_guard lk(mu_);
+  return info_;
+}
+
+std::vector<WorkerSnapshot> WorkerPool::snapshot() const {
+  std::vector<WorkerSnapshot> out;
+  for (const auto& w : workers_) {
+    WorkerSnapshot s;
+    s.address = w->address;
+    s.ready = w->ready.load();
+    s.outstanding = w->outstanding.load();
+    s.streams_total = w->total.load();
+    std::lock_guard lk(w->mu);
+    s.state = w->state;
+    s.detail = w->detail;
+    s.running = w->stats.running();
+    s.waiting = w->stats.waiting();
+    s.worker_cancelled = w->stats.cancelled();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::string WorkerPool::render_metrics() const {
+  auto snap = snapshot();
+  std::string out;
+  auto family = [&](const char* name, const char* help, const char* type, auto value) {
+    out.append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ").append(name).append(" ").append(type).append("\n");
+    for (const auto& s : snap)
+      out.append(name).append("{worker=\"").append(escape_label(s.address)).append("\"} ").append(std::to_string(value(s))).append("\n");
+  };
+  family("flashtier_worker_up", "1 when the gpu-worker is SERVING.", "gauge", [](const WorkerSnapshot& s) { return s.ready ? 1 : 0; });
+  family("flashtier_worker_outstanding", "Generate streams this gateway has open on the worker.", "gauge",
+         [](const WorkerSnapshot& s) { return s.outstanding; });
+  family("flashtier_worker_streams_total", "Generate streams this gateway sent to the worker.", "counter",
+         [](const WorkerSnapshot& s) { return s.streams_total; });
+  family("flashtier_worker_running", "Sequences in the worker's batch (last poll).", "gauge",
+         [](const WorkerSnapshot& s) { return s.running; });
+  family("flashtier_worker_queue_depth", "Sequences queued in the worker (last poll).", "gauge",
+         [](const WorkerSnapshot& s) { return s.waiting; });
+  family("flashtier_worker_cancelled_total", "Sequences the worker saw cancelled (last poll).", "counter",
+         [](const WorkerSnapshot& s) { return s.worker_cancelled; });
+  return out;
+}
+
+}  // namespace ft::gateway

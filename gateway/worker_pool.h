@@ -1,0 +1,91 @@
+#pragma once
+// The gpu-workers behind this gateway: one gRPC channel each, a polling thread that keeps their
+// health, model info and scheduler stats fresh, and Generate streams through the callback API
+// (no thread per stream). New streams go to the ready worker with the fewest outstanding streams.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proto/flashtier/generate.pb.h"
+
+namespace ft::gateway {
+
+// One message of a Generate stream, or its end.
+struct GenerateEvent {
+  flashtier::v1::GenerateResponse msg;  // valid when !ended
+  bool ended = false;                   // the call is over; status_code says how (0 = OK)
+  int status_code = 0;                  // grpc::StatusCode
+  std::string status_message;
+};
+// Called on gRPC threads, in stream order, ending with exactly one `ended` event.
+using EventSink = std::function<void(GenerateEvent&&)>;
+
+class GenerateCall {
+ public:
+  virtual ~GenerateCall() = default;
+  // Thread-safe and idempotent; the worker sees CANCELLED and frees the slot.
+  virtual void cancel() = 0;
+  virtual const std::string& worker() const = 0;
+};
+
+struct WorkerSnapshot {
+  std::string address;
+  bool ready = false;
+  std::string state;   // SERVING, LOADING, NOT_SERVING, UNREACHABLE, UNKNOWN
+  std::string detail;
+  int outstanding = 0;
+  uint64_t streams_total = 0;
+  uint32_t running = 0;  // from the worker's Stats
+  uint32_t waiting = 0;
+  uint64_t worker_cancelled = 0;
+};
+
+class WorkerPool {
+ public:
+  WorkerPool(std::vector<std::string> addresses, std::chrono::milliseconds poll_interval);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  void start();  // polling thread (first poll happens at once)
+  void stop();
+
+  // Opens a Generate stream on the least-loaded ready worker. nullptr (with *why set) when no
+  // worker is ready.
+  std::shared_ptr<GenerateCall> generate(const flashtier::v1::GenerateRequest& req, EventSink sink, std::string* why);
+
+  bool any_ready() const;
+  int outstanding() const;
+  // Model info of a ready worker (the first one that answered).
+  std::optional<flashtier::v1::ModelInfoResponse> model_info() const;
+  std::vector<WorkerSnapshot> snapshot() const;
+  std::string render_metrics() const;
+  // A stream failed with UNAVAILABLE: take the worker out until the next good poll.
+  void mark_unreachable(const std::string& address, const std::string& detail);
+  // Polls now (synchronously); for tests and startup.
+  void poll_once();
+
+  struct Worker;
+
+ private:
+  void poll_loop();
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::chrono::milliseconds interval_;
+  std::atomic<uint64_t> rr_{0};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread poller_;
+  std::optional<flashtier::v1::ModelInfoResponse> info_;
+};
+
+}  // namespace ft::gateway

@@ -1,0 +1,324 @@
+#include "tests/gateway/harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace ft::test {
+
+namespace {
+
+int connect_to(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) + " failed");
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+void send_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server may answer early (413) and close
+    off += size_t(n);
+  }
+}
+
+std::string build_request(const std::string& method, const std::string& path, const std::string& body,
+                          const std::vector<std::string>& headers) {
+  std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  bool has_ct = false;
+  for (const auto& h : headers) {
+    r += h + "\r\n";
+    std::string l = h;
+    std::transform(l.begin(), l.end(), l.begin(), ::tolower);
+    if (l.rfind("content-type:", 0) == 0) has_ct = true;
+  }
+  if (!body.empty() || method == "POST") {
+    if (!has_ct) r += "Content-Type: application/json\r\n";
+    r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  r += "\r\n" + body;
+  return r;
+}
+
+}  // namespace
+
+std::string HttpResult::header(const std::string& name) const {
+  std::string key = name;
+  std::transform(key.begin(), key.end(), key.begin(), ::tolower);
+  key += ":";
+  size_t p = headers.find(key);
+  if (p == std::string::npos) return {};
+  size_t e = headers.find("\r\n", p);
+  std::string v = headers.substr(p + key.size(), e - p - key.size());
+  while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+  return v;
+}
+
+SseStream::SseStream(int port, const std::string& path, const std::string& body, const std::vector<std::string>& headers) {
+  fd_ = connect_to(port);
+  send_all(fd_, build_request("POST", path, body, headers));
+}
+
+SseStream::~SseStream() { close(); }
+
+void SseStream::close() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+bool SseStream::fill(int timeout_ms) {
+  if (eof_ || fd_ < 0) return false;
+  pollfd p{fd_, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) <= 0) return false;
+  char buf[65536];
+  ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+  if (n <= 0) {
+    eof_ = true;
+    return false;
+  }
+  raw_.append(buf, size_t(n));
+  return true;
+}
+
+// Moves what can be decoded from raw_ into body_.
+bool SseStream::decode() {
+  if (!head_done_) {
+    size_t e = raw_.find("\r\n\r\n");
+    if (e == std::string::npos) return false;
+    std::string head = raw_.substr(0, e);
+    raw_.erase(0, e + 4);
+    status_ = std::atoi(head.c_str() + head.find(' ') + 1);
+    std::string lower = head;
+    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+    chunked_ = lower.find("transfer-encoding: chunked") != std::string::npos;
+    head_done_ = true;
+  }
+  if (!chunked_) {
+    body_ += raw_;
+    raw_.clear();
+    return true;
+  }
+  for (;;) {
+    size_t e = raw_.find("\r\n");
+    if (e == std::string::npos) return true;
+    size_t len = std::stoul(raw_.substr(0, e), nullptr, 16);
+    if (len == 0) {
+      eof_ = true;
+      raw_.clear();
+      return true;
+    }
+    if (raw_.size() < e + 2 + len + 2) return true;
+    body_.append(raw_, e + 2, len);
+    raw_.erase(0, e + 2 + len + 2);
+  }
+}
+
+int SseStream::status(int timeout_ms) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!head_done_) {
+    decode();
+    if (head_done_) break;
+    int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count());
+    if (left <= 0 || !fill(left)) break;
+  }
+  return status_;
+}
+
+bool SseStream::next(std::string& event, int timeout_ms) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    decode();
+    size_t e = body_.find("\n\n");
+    if (e != std::string::npos) {
+      event = body_.substr(0, e);
+      body_.erase(0, e + 2);
+      return true;
+    }
+    int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count());
+    if (left <= 0 || !fill(left)) {
+      decode();
+      if (!body_.empty() && eof_) {
+        event = body_;
+        body_.clear();
+        return true;
+      }
+      return false;
+    }
+  }
+}
+
+HttpResult http_request(int port, const std::string& method, const std::string& path, const std::string& body,
+                        const std::vector<std::string>& headers, int timeout_ms) {
+  int fd = connect_to(port);
+  send_all(fd, build_request(method, path, body, headers));
+  std::string raw;
+  char buf[65536];
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count());
+    if (left <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, left) <= 0) break;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, size_t(n));
+  }
+  ::close(fd);
+  HttpResult r;
+  size_t e = raw.find("\r\n\r\n");
+  if (e == std::string::npos) return r;
+  r.headers = raw.substr(0, e);
+  std::transform(r.headers.begin(), r.headers.end(), r.headers.begin(), ::tolower);
+  r.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
+  std::string rest = raw.substr(e + 4);
+  if (r.headers.find("transfer-encoding: chunked") != std::string::npos) {
+    size_t pos = 0;
+    for (;;) {
+      size_t le = rest.find("\r\n", pos);
+      if (le == std::string::npos) break;
+      size_t len = std::stoul(rest.substr(pos, le - pos), nullptr, 16);
+      if (len == 0) break;
+      r.body.append(rest, le + 2, len);
+      pos = le + 2 + len + 2;
+    }
+  } else {
+    r.body = rest;
+  }
+  return r;
+}
+
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t e = body.find("\n\n", pos);
+    std::string ev = body.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
+    if (ev.rfind("data: ", 0) == 0) out.push_back(ev.substr(6));
+    if (e == std::string::npos) break;
+    pos = e + 2;
+  }
+  return out;
+}
+
+std::string bin_path(const std::string& name) { return std::string(FLASHTIER_BIN_DIR) + "/" + name; }
+
+GatewayProcess::GatewayProcess(const std::vector<std::string>& args) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+  std::vector<std::string> argv_s{bin_path("flashtier-gateway")};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(pipefd[1]);
+  if (rc != 0) {
+    ::close(pipefd[0]);
+    throw std::runtime_error("cannot start " + argv_s[0]);
+  }
+  // Read stdout until the "listening on http://HOST:PORT" line.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{pipefd[0], POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out_.append(buf, size_t(n));
+    size_t k = out_.find("listening on http://");
+    if (k != std::string::npos && out_.find('\n', k) != std::string::npos) {
+      size_t colon = out_.find(':', k + 20);
+      port_ = std::atoi(out_.c_str() + colon + 1);
+      break;
+    }
+  }
+  ::close(pipefd[0]);
+  if (port_ == 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    throw std::runtime_error("flashtier-gateway did not start: " + out_);
+  }
+}
+
+GatewayProcess::~GatewayProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool GatewayProcess::wait_healthy(int timeout_ms) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < until) {
+    if (http_request(port_, "GET", "/health", "", {}, 2000).status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "'\\''";
+    else q.push_back(c);
+  }
+  return q + "'";
+}
+
+CurlResult curl(const std::string& args) {
+  std::string cmd = "curl -sS --max-time 30 -o - -w '\\n%{http_code}' " + args + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  CurlResult r;
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  std::string out;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  ::pclose(f);
+  size_t nl = out.rfind('\n');
+  if (nl == std::string::npos) return r;
+  r.status = std::atoi(out.c_str() + nl + 1);
+  r.body = out.substr(0, nl);
+  return r;
+}
+
+}  // namespace ft::test

@@ -1,0 +1,70 @@
+#pragma once
+// Test plumbing for the gateway: the real flashtier-gateway binary as a child process, a raw-socket
+// HTTP/1.1 client (incremental SSE reading, abrupt close), and curl.
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace ft::test {
+
+struct HttpResult {
+  int status = 0;
+  std::string headers;  // raw header block, lower-cased names
+  std::string body;     // de-chunked
+  std::string header(const std::string& name) const;
+};
+
+// One request on a fresh connection (Connection: close); waits for the whole response.
+HttpResult http_request(int port, const std::string& method, const std::string& path, const std::string& body = "",
+                        const std::vector<std::string>& headers = {}, int timeout_ms = 30000);
+
+// "data: ..." payloads of an SSE body (comments skipped).
+std::vector<std::string> sse_data(const std::string& body);
+
+class SseStream {
+ public:
+  SseStream(int port, const std::string& path, const std::string& body, const std::vector<std::string>& headers = {});
+  ~SseStream();
+  int status(int timeout_ms = 10000);  // reads the response head
+  // Next event block (without the blank line), e.g. "data: {...}" or ": keep-alive"; false at the
+  // end of the stream or on timeout.
+  bool next(std::string& event, int timeout_ms = 10000);
+  void close();  // abrupt client disconnect
+
+ private:
+  bool fill(int timeout_ms);
+  bool decode();
+  int fd_ = -1;
+  int status_ = 0;
+  bool head_done_ = false, chunked_ = false, eof_ = false;
+  std::string raw_, body_;
+};
+
+class GatewayProcess {
+ public:
+  explicit GatewayProcess(const std::vector<std::string>& args);
+  ~GatewayProcess();
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  // Polls /health until 200 (or timeout).
+  bool wait_healthy(int timeout_ms = 10000);
+  std::string output() const { return out_; }  // what it printed before listening
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string out_;
+};
+
+struct CurlResult {
+  int status = 0;
+  std::string body;
+};
+// Runs curl with the given (shell-quoted) arguments; the status comes from -w.
+CurlResult curl(const std::string& args);
+std::string shell_quote(const std::string& s);
+
+std::string bin_path(const std::string& name);
+
+}  // namespace ft::test
