@@ -163,19 +163,25 @@ int main(int argc, char** argv) {
             runner.forward(tasks.data(), o.experts_per_call, x.data(), batch, out.data());
           };
           for (int i = 0; i < 2; ++i) call();
-          int calls = 0;
-          double el = 0;
-          const auto t0 = std::chrono::steady_clock::now();
-          while (el < o.seconds) {
-            call();
-            ++calls;
-            el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          // Best of five windows: on a shared host the best window is the machine's capability,
+          // the others measure the neighbours.
+          double best = 0;  // seconds per call
+          for (int win = 0; win < 5; ++win) {
+            int calls = 0;
+            double el = 0;
+            const auto t0 = std::chrono::steady_clock::now();
+            while (el < o.seconds / 5) {
+              call();
+              ++calls;
+              el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            }
+            if (best == 0 || el / calls < best) best = el / calls;
           }
-          const double bytes = static_cast<double>(experts.trellis_bytes) * o.experts_per_call * calls;
+          const double bytes = static_cast<double>(experts.trellis_bytes) * o.experts_per_call;
           const double weights = bytes * 8 / K;
           char line[256];
           std::snprintf(line, sizeof line, "| %s | %d | %d | %.1f | %.0f%% | %.1f | %.0f |\n", simd_name(path), K, batch,
-                        bytes / el / 1e9, 100.0 * bytes / el / bw, weights / el / 1e9, 1e6 * el / calls);
+                        bytes / best / 1e9, 100.0 * bytes / best / bw, weights / best / 1e9, 1e6 * best);
           std::cout << line << std::flush;
         }
       }
