@@ -4,6 +4,8 @@
 // Each call is a decode step's layer: 8 different experts (GLM-5.3-Flash widths, MUL1, random
 // trellis bits) on `batch` rows each, so every weight byte is read once per call; the experts
 // cycle through a pool far larger than the last-level cache.
+#include <sys/mman.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -70,8 +72,12 @@ struct ExpertPool {
     block_bytes = h.block_bytes;
     for (const ProjHeader& ph : h.proj) trellis_bytes += ph.in_p * ph.out_p * ph.K / 8;
     count = std::max(2 * o.experts_per_call, static_cast<int>(o.pool_gb * 1e9 / block_bytes));
-    mem = static_cast<uint8_t*>(std::aligned_alloc(kExpertBlockAlign, block_bytes * count));
+    // 2 MiB aligned and advised for transparent huge pages, as a shared-memory segment on
+    // hugetlbfs would be: with 4 KiB pages every 4 KiB of weights costs a page walk.
+    const size_t bytes = (block_bytes * count + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    mem = static_cast<uint8_t*>(std::aligned_alloc(2u << 20, bytes));
     if (!mem) throw ft::Error("exl3-bench: cannot allocate the expert pool");
+    madvise(mem, bytes, MADV_HUGEPAGE);
     pool.parallel_for(count, [&](int e, int) {
       uint8_t* b = mem + block_bytes * e;
       std::memset(b, 0, block_bytes);

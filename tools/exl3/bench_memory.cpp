@@ -3,6 +3,7 @@
 #include "tools/exl3/bench_memory.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -32,7 +33,8 @@ uint64_t read_chunk(const uint8_t* p, size_t n) {
 double read_bandwidth(ThreadPool& pool, size_t bytes, double seconds) {
   constexpr size_t kChunk = 1 << 20;  // work item: the same dynamic hand-out as the kernels
   bytes = bytes / kChunk * kChunk;
-  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(2u << 20, (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20)));
+  madvise(buf, bytes, MADV_HUGEPAGE);  // same page size as the expert pool
   const int items = static_cast<int>(bytes / kChunk);
   pool.parallel_for(items, [&](int i, int) { std::memset(buf + i * kChunk, i & 0xFF, kChunk); });
   std::vector<uint64_t> sink(static_cast<size_t>(pool.size()) * 8, 0);  // one cache line per worker
