@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu-expert-worker/dense_kernel.h"
+#include "shared/exl3/expert_forward.h"
 #include "shared/exl3/kernels.h"
 #include "shared/exl3/thread_pool.h"
 #include "shared/ipc/expert_batch.h"
@@ -27,7 +28,8 @@ class ExpertEngine {
 // out[t] = Σ_k w[t,k]·Expert_{ids[t,k]}(x[t]), the clamped SwiGLU of spec §3.4, accumulated per token
 // in ascending expert id order exactly as shared/engine/local_experts.cpp does. Work is split by
 // expert and output rows, never across a dot product, so a token's result is the same bits whatever
-// else is in the batch.
+// else is in the batch. Dense layers run the kernels of dense_kernel.h; EXL3 layers the exl3 area's
+// ExpertRunner on its packed blocks (tasks in ascending expert order, which is its summation order).
 class SegmentExperts : public ExpertEngine {
  public:
   // `threads` participants in the pool (the calling thread included).
@@ -58,9 +60,10 @@ class SegmentExperts : public ExpertEngine {
 
   void validate(const ipc::ExpertBatch& b) const;
   void plan(const ipc::ExpertBatch& b, int moe);
-  void up_phase(int item, int worker);
-  void down_phase(int item, int worker);
-  void prepare_inputs(int pair, bool down);
+  void compute_dense(const ipc::ExpertBatch& b, float* out);
+  void compute_exl3(const ipc::ExpertBatch& b, float* out);
+  void up_phase(int item);
+  void down_phase(int item);
   void project(const ipc::ProjDesc& pd, const uint8_t* blk, int64_t c0, int64_t c1, const float* x, int64_t xs,
                int n, float* y, int64_t ys);
   std::vector<Item> split(int64_t (*cols)(const ipc::BlockDesc&)) const;
@@ -71,6 +74,7 @@ class SegmentExperts : public ExpertEngine {
   DenseSimd dense_simd_;
   exl3::SimdPath exl3_simd_;
   exl3::ThreadPool pool_;
+  exl3::ExpertRunner runner_;
   std::mutex mu_;
 
   // Per-batch state (guarded by mu_), reused between batches.
@@ -79,15 +83,17 @@ class SegmentExperts : public ExpertEngine {
   std::vector<Item> items_;
   std::vector<std::vector<int>> token_pairs_;
   int64_t xs_ = 0, gs_ = 0, ys_ = 0;  // row strides of the scratch matrices (multiples of 16 floats)
+  std::vector<exl3::ExpertTask> tasks_;
+  std::vector<int32_t> task_rows_;
+  std::vector<float> task_weights_;
   struct Aligned {
     float* p = nullptr;
     size_t cap = 0;
     float* get(size_t n);
     ~Aligned();
   };
-  Aligned X_, XG_, XU_, G_, U_, HH_, Y_;
-  bool any_exl3_ = false;
-  const ipc::ExpertBatch* batch_ = nullptr;
+  Aligned X_, G_, U_, Y_;
+  bool exl3_layer_ = false;
 };
 
 }  // namespace ft::cew

@@ -13,7 +13,7 @@
 #include "cpu-expert-worker/log.h"
 #include "shared/core/error.h"
 #include "shared/exl3/exl3_linear.h"
-#include "shared/exl3/packed.h"
+#include "shared/exl3/expert_block.h"
 #include "shared/exl3/thread_pool.h"
 #include "shared/ipc/liveness.h"
 #include "shared/model/safetensors.h"
@@ -46,6 +46,7 @@ struct ProjPlan {
 
 struct BlockPlan {
   uint32_t layer = 0, expert = 0;
+  int64_t hidden = 0, inter = 0;
   ProjPlan p[3];
   uint64_t offset = 0, bytes = 0;
   uint32_t format = 0;
@@ -146,25 +147,42 @@ std::vector<BlockPlan> plan_blocks(const TensorStore& st, const ModelConfig& c) 
                            " of layer " + std::to_string(l) + ")");
         }
       }
-      bool any_dense = false, any_exl3 = false;
-      uint64_t off = 0;
-      for (ProjPlan& p : b.p) {
-        p.off_w = align_up(off, 64);
-        off = p.off_w + p.wbytes;
-        if (p.enc == ProjEncoding::Exl3) {
-          any_exl3 = true;
-          p.off_suh = align_up(off, 64);
-          off = p.off_suh + static_cast<uint64_t>(p.in_p) * 4;
-          p.off_svh = align_up(off, 64);
-          off = p.off_svh + static_cast<uint64_t>(p.out_p) * 4;
-        } else {
-          any_dense = true;
+      int n_exl3 = 0;
+      for (const ProjPlan& p : b.p) n_exl3 += p.enc == ProjEncoding::Exl3;
+      b.hidden = D;
+      b.inter = Im;
+      if (n_exl3 == 3) {
+        // The exl3 area's packed expert block (shared/exl3/expert_block.h), read by its kernels.
+        exl3::ExpertGeometry g;
+        g.hidden = D;
+        g.inter = Im;
+        for (int k = 0; k < 3; ++k) {
+          g.K[k] = b.p[k].K;
+          g.codebook[k] = b.p[k].codebook;
         }
+        const exl3::ExpertBlockHeader eh = exl3::plan_expert_block(g);
+        for (int k = 0; k < 3; ++k) {
+          b.p[k].off_w = eh.proj[k].trellis_offset;
+          b.p[k].off_suh = eh.proj[k].suh_offset;
+          b.p[k].off_svh = eh.proj[k].svh_offset;
+        }
+        b.bytes = eh.block_bytes;
+        b.format = static_cast<uint32_t>(ipc::BlockFormat::Exl3);
+      } else if (n_exl3 == 0) {
+        uint64_t off = 0;
+        for (ProjPlan& p : b.p) {
+          p.off_w = align_up(off, 64);
+          off = p.off_w + p.wbytes;
+        }
+        b.bytes = align_up(off, ipc::kSegmentAlign);
+        b.format = static_cast<uint32_t>(ipc::BlockFormat::Dense);
+      } else {
+        throw Error(st.source() + ": routed expert " + std::to_string(e) + " of layer " + std::to_string(l) +
+                    " mixes EXL3 and dense projections; the expert tier needs all three in one encoding");
       }
-      b.bytes = align_up(off, ipc::kSegmentAlign);
-      b.format = static_cast<uint32_t>(any_exl3 && any_dense ? ipc::BlockFormat::Mixed
-                                       : any_exl3           ? ipc::BlockFormat::Exl3
-                                                            : ipc::BlockFormat::Dense);
+      if (!blocks.empty() && blocks.back().layer == b.layer && blocks.back().format != b.format)
+        throw Error(st.source() + ": layer " + std::to_string(l) +
+                    " mixes EXL3 and dense routed experts; the expert tier needs one encoding per layer");
       blocks.push_back(std::move(b));
     }
   }
@@ -189,16 +207,11 @@ Layout lay_out(std::vector<BlockPlan>& blocks) {
 }
 
 void copy_block(const TensorStore& st, const BlockPlan& b, uint8_t* dst) {
-  for (const ProjPlan& p : b.p) {
-    if (p.enc != ProjEncoding::Exl3) {
-      std::memcpy(dst + p.off_w, p.src, p.wbytes);
-      continue;
-    }
-    const exl3::Exl3Linear q = exl3::load_exl3_linear(st, p.exl3_name, p.out, p.in);
-    exl3::pack_trellis(q.trellis, q.in_p, q.out_p, q.K, reinterpret_cast<uint32_t*>(dst + p.off_w));
-    std::memcpy(dst + p.off_suh, q.suh.data(), q.suh.size() * 4);
-    std::memcpy(dst + p.off_svh, q.svh.data(), q.svh.size() * 4);
+  if (b.format == static_cast<uint32_t>(ipc::BlockFormat::Exl3)) {
+    exl3::pack_expert_from_store(st, b.layer, b.expert, b.hidden, b.inter, dst);
+    return;
   }
+  for (const ProjPlan& p : b.p) std::memcpy(dst + p.off_w, p.src, p.wbytes);
 }
 
 void fill_desc(const BlockPlan& b, BlockDesc& d) {

@@ -6,10 +6,12 @@
 //   [SegmentHeader, 4 KiB][BlockDesc table, n_moe_layers × n_experts, 4 KiB aligned][blocks…]
 //
 // One block per (MoE layer, expert), 4 KiB aligned (pages: cudaHostRegister, hugepage-friendly),
-// holding gate, up and down next to each other (64-byte aligned each). Each projection carries its
-// own encoding: dense weights exactly as on disk (F32/BF16/F16, row-major [out, in]) or EXL3 (the
-// packed trellis of shared/exl3/packed.h followed by fp32 suh [in_p] and svh [out_p]). The block
-// format tag summarises them (all dense, all EXL3, mixed).
+// holding gate, up and down next to each other. The block format tag says what a block is:
+//  * Dense: the three weights exactly as on disk (F32/BF16/F16, row-major [out, in]), each 64-byte
+//    aligned; ProjDesc gives encoding, shape and offset.
+//  * Exl3: the exl3 area's packed expert block (shared/exl3/expert_block.h: its own header, the
+//    three packed trellises, fp16 suh/svh), read by its kernels; ProjDesc mirrors that header.
+// All experts of one MoE layer share a format.
 //
 // The header is valid only when `complete` == 1, written last by the builder; a segment whose
 // magic, layout version or model fingerprint differ from what a worker expects is rebuilt.
@@ -24,12 +26,12 @@
 namespace ft::ipc {
 
 inline constexpr char kSegmentMagic[8] = {'F', 'T', 'E', 'X', 'P', 'S', 'E', 'G'};
-inline constexpr uint32_t kSegmentLayoutVersion = 1;
+inline constexpr uint32_t kSegmentLayoutVersion = 2;  // 2: EXL3 blocks in the exl3 area's layout
 inline constexpr uint64_t kSegmentAlign = 4096;
 inline constexpr uint32_t kSegmentMaxMoeLayers = 512;
 
 enum class ProjEncoding : uint32_t { F32 = 0, BF16 = 1, F16 = 2, Exl3 = 3 };
-enum class BlockFormat : uint32_t { Dense = 1, Exl3 = 2, Mixed = 3 };
+enum class BlockFormat : uint32_t { Dense = 1, Exl3 = 2 };
 enum ProjIndex : int { kGate = 0, kUp = 1, kDown = 2 };
 
 const char* encoding_name(ProjEncoding e);
@@ -39,8 +41,8 @@ struct ProjDesc {
   uint32_t out, in;   // logical shape of the nn.Linear weight [out, in]
   // EXL3 only: bits per weight, codebook (shared/exl3/codebook.h), padded sizes.
   uint32_t exl3_k, exl3_codebook, in_p, out_p, reserved;
-  uint64_t offset, bytes;           // weights, from the block start
-  uint64_t suh_offset, svh_offset;  // EXL3 only, from the block start
+  uint64_t offset, bytes;           // weights (EXL3: packed trellis), from the block start
+  uint64_t suh_offset, svh_offset;  // EXL3 only: fp16 [in_p] / [out_p], from the block start
 };
 static_assert(sizeof(ProjDesc) == 64);
 

@@ -100,11 +100,11 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Every fixture case: prefill and cached decode of the stored greedy tokens with remote experts;
 // logits against LocalExperts, argmax against the fixture's tokens.
-void run_fixture(ExpertBackend& remote, const std::string& what) {
-  const ModelWeights& w = tiny_chat();
+void run_fixture(ExpertBackend& remote, const std::string& what, const ModelWeights& w = tiny_chat(),
+                 const std::string& fixture = "glm5-tiny-chat") {
   ReferenceEngine local_eng(w), remote_eng(w, &remote);
   const int64_t V = w.cfg.vocab_size;
-  const TensorStore ref = TensorStore::open(test::fixture("glm5-tiny-chat/reference.safetensors"));
+  const TensorStore ref = TensorStore::open(test::fixture(fixture + "/reference.safetensors"));
   double worst = 0;
   int greedy = 0, total = 0;
   for (int c = 0; ref.find("case" + std::to_string(c) + ".input_ids"); ++c) {
@@ -138,6 +138,18 @@ TEST_F(EndToEnd, FixtureTokensThroughEveryTransport) {
     EXPECT_EQ(remote->transport(), addr[0] == 'g' ? addr : "shm:" + ring) << addr;
     run_fixture(*remote, addr);
   }
+}
+
+TEST(EndToEndExl3, Exl3ExpertsThroughTheRing) {
+  test::TempDir tmp;
+  const std::string segment = test::unique_name("e2e-exl3"), ring = segment + "-ring";
+  Worker worker(segment, ring, tmp.path(), test::tiny_exl3());
+  worker.wait_ready();
+  const ModelWeights w = load_model(test::tiny_exl3());  // dense equivalents of the EXL3 linears
+  auto remote = RemoteExperts::create("shm:" + ring, RemoteExpertsOptions::for_model(w.cfg));
+  run_fixture(*remote, "exl3 shm:" + ring, w, "glm5-tiny-exl3");
+  ipc::ShmMapping::remove(segment);
+  ipc::RingServer::remove(ring);
 }
 
 // Eight sequences decoded together give each one the same logits, bit for bit, as alone.
