@@ -155,6 +155,17 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
+ApiError request_error(int status, size_t limit, const std::string& detail = {}) {
+  switch (status) {
+    case 413:
+      return ApiError{413, "request body is larger than the limit of " + std::to_string(limit) + " bytes", "", "invalid_request_error",
+                      "request_too_large"};
+    case 431: return ApiError{431, "request headers are too large", "", "invalid_request_error", "headers_too_large"};
+    case 400: return ApiError{400, "malformed HTTP request: " + detail, "", "invalid_request_error", "bad_http"};
+    default: return ApiError{500, "internal error: " + detail, "", "server_error", "internal"};
+  }
+}
+
 asio::awaitable<void> write_plain_error(beast::tcp_stream& stream, unsigned version, const ApiError& e) {
   http::response<http::string_body> res{static_cast<http::status>(e.status), version};
   res.set(http::field::server, "flashtier-gateway");
@@ -178,21 +189,20 @@ asio::awaitable<void> session(App& app, tcp::socket socket) {
     parser.header_limit(64 * 1024);
     stream.expires_after(std::chrono::seconds(app.opts.request_timeout_s));
     co_await http::async_read(stream, buffer, parser, token(ec));
+    // (Errors are named locals: GCC 12 double-destroys brace-built temporaries in co_await
+    // expressions.)
     if (ec == http::error::body_limit) {
       app.metrics.count_request("other", 413);
-      co_await write_plain_error(stream, 11,
-                                 ApiError{413, "request body is larger than the limit of " + std::to_string(app.opts.max_body_bytes) + " bytes",
-                                          "", "invalid_request_error", "request_too_large"});
+      const ApiError too_large = request_error(413, app.opts.max_body_bytes);
+      co_await write_plain_error(stream, 11, too_large);
       break;
     }
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == beast::error::timeout ||
         ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
       break;
     if (ec) {
-      if (ec == http::error::header_limit)
-        co_await write_plain_error(stream, 11, ApiError{431, "request headers are too large", "", "invalid_request_error", "headers_too_large"});
-      else if (buffer.size() > 0 || parser.got_some())
-        co_await write_plain_error(stream, 11, ApiError{400, "malformed HTTP request: " + ec.message(), "", "invalid_request_error", "bad_http"});
+      const ApiError bad = request_error(ec == http::error::header_limit ? 431 : 400, 0, ec.message());
+      if (ec == http::error::header_limit || buffer.size() > 0 || parser.got_some()) co_await write_plain_error(stream, 11, bad);
       break;
     }
     stream.expires_never();
@@ -213,9 +223,10 @@ asio::awaitable<void> session(App& app, tcp::socket socket) {
     }
     if (!failure.empty()) {  // (no co_await inside a handler)
       status = 500;
-      if (!ex.responded())
-        co_await ex.respond(500, "application/json",
-                            error_json(ApiError{500, "internal error: " + failure, "", "server_error", "internal"}), {});
+      if (!ex.responded()) {
+        std::string body = error_json(request_error(500, 0, failure));
+        co_await ex.respond(500, "application/json", std::move(body), {});
+      }
     }
     app.metrics.count_request(endpoint_label(ex.request().path), status);
     if (ex.closing() || ex.client_gone()) break;

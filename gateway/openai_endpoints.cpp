@@ -379,96 +379,128 @@ class ChatListener : public GenerationListener {
   bool enforce_ = false;
 };
 
-asio::awaitable<int> finish_outcome(HttpExchange& ex, const GenerationOutcome& o, const std::function<std::string()>& body) {
+// `body` is the non-streaming response (built by the caller when the outcome is Completed).
+asio::awaitable<int> finish_outcome(HttpExchange& ex, const GenerationOutcome& o, std::string body) {
   if (o.kind == GenerationOutcome::ClientGone) co_return 499;
   if (o.kind == GenerationOutcome::Failed) {
     if (!ex.responded()) co_return co_await respond_error(ex, *o.error);
     co_return o.error->status;
   }
-  if (!ex.responded()) co_await ex.respond(200, "application/json", body());
+  if (!ex.responded()) co_await ex.respond(200, "application/json", std::move(body), {});
   co_return 200;
+}
+
+}  // namespace
+
+// The synchronous part of each request (parse, validate, render, tokenize, plan) lives in plain
+// functions: GCC 12 mishandles std::initializer_list temporaries inside coroutines.
+namespace {
+
+struct PreparedCompletion {
+  CompletionSpec spec;
+  std::vector<std::string> echo;
+  std::string id;
+  GenerationPlan plan;
+};
+
+std::unique_ptr<PreparedCompletion> prepare_completion(App& app, const std::string& body) {
+  auto p = std::make_unique<PreparedCompletion>();
+  p->spec = parse_completion_request(body, limits(app));
+  const auto& spec = p->spec;
+  const auto& tok = app.model->tokenizer();
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& t : spec.prompt_texts) {
+    prompts.push_back(tok.encode(t));
+    if (prompts.back().empty()) throw ApiError::bad_field("prompt", "the prompt encodes to no tokens");
+    p->echo.push_back(t);
+  }
+  for (const auto& ids : spec.prompt_ids) {
+    prompts.push_back(ids);
+    p->echo.push_back(spec.echo ? tok.decode(ids, spec.skip_special_tokens) : std::string());
+  }
+  if (!app.pool->any_ready()) throw ApiError{503, "no gpu-worker is ready (loading or down)", "", "service_unavailable", "no_worker"};
+  if (auto e = check_context(app, prompts, spec.max_tokens, "prompt", "max_tokens")) throw *e;
+  p->id = new_request_id(app, "cmpl-");
+  p->plan = make_plan(app, spec, prompts, p->id);
+  return p;
+}
+
+struct PreparedChat {
+  ChatSpec spec;
+  std::string id;
+  text::GlmParseOptions parse;
+  GenerationPlan plan;
+};
+
+std::unique_ptr<PreparedChat> prepare_chat(App& app, const std::string& body) {
+  auto p = std::make_unique<PreparedChat>();
+  p->spec = parse_chat_request(body, limits(app));
+  const auto& spec = p->spec;
+  if (!app.model->has_chat_template())
+    throw ApiError{500, "the model has no usable chat template: " + app.model->chat_template_error(), "", "server_error",
+                   "no_chat_template"};
+  std::string prompt;
+  try {
+    prompt = app.model->render_chat(spec.template_request);
+  } catch (const std::exception& e) {
+    throw ApiError::bad_field("messages", std::string("the chat template could not render these messages: ") + e.what());
+  }
+  // GLM-5.3's template always opens <think>; thinking off = close the block in the prompt.
+  if (!spec.enable_thinking && prompt.ends_with("<think>")) prompt += "</think>";
+  const auto& tok = app.model->tokenizer();
+  std::vector<std::vector<int32_t>> prompts(1, tok.encode(prompt));
+  const auto& ids = prompts[0];
+  if (!app.pool->any_ready()) throw ApiError{503, "no gpu-worker is ready (loading or down)", "", "service_unavailable", "no_worker"};
+  const bool mct = body.find("\"max_completion_tokens\"") != std::string::npos;
+  if (auto e = check_context(app, prompts, spec.max_tokens, "messages", mct ? "max_completion_tokens" : "max_tokens")) throw *e;
+
+  std::set<int32_t> keep;  // tags the parser must see even when special tokens are skipped
+  for (const char* t : {"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"})
+    if (auto id = tok.token_to_id(t)) keep.insert(*id);
+  p->parse.starts_in_reasoning = !ids.empty() && app.model->think_id() >= 0 && ids.back() == app.model->think_id();
+  p->parse.parse_tool_calls = spec.has_tools;
+  if (spec.has_tools) p->parse.schemas = text::ToolSchemas::from_openai_tools_json(spec.tools_json);
+  p->id = new_request_id(app, "chatcmpl-");
+  p->plan = make_plan(app, spec, prompts, p->id, keep);
+  return p;
 }
 
 }  // namespace
 
 asio::awaitable<int> handle_completions(App& app, HttpExchange& ex) {
   const auto arrival = std::chrono::steady_clock::now();
-  CompletionSpec spec;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> echo;
+  std::unique_ptr<PreparedCompletion> p;
   std::optional<ApiError> err;
   try {
-    spec = parse_completion_request(ex.request().body, limits(app));
-    const auto& tok = app.model->tokenizer();
-    for (const auto& t : spec.prompt_texts) {
-      prompts.push_back(tok.encode(t));
-      if (prompts.back().empty()) throw ApiError::bad_field("prompt", "the prompt encodes to no tokens");
-      echo.push_back(t);
-    }
-    for (const auto& ids : spec.prompt_ids) {
-      prompts.push_back(ids);
-      if (spec.echo) echo.push_back(tok.decode(ids, spec.skip_special_tokens));
-      else echo.emplace_back();
-    }
-    if (!app.pool->any_ready()) throw ApiError{503, "no gpu-worker is ready (loading or down)", "", "service_unavailable", "no_worker"};
-    if (auto e = check_context(app, prompts, spec.max_tokens, "prompt", "max_tokens")) throw *e;
+    p = prepare_completion(app, ex.request().body);
   } catch (const ApiError& e) {
     err = e;
   }
   if (err) co_return co_await respond_error(ex, *err);
-
-  std::string id = new_request_id(app, "cmpl-");
-  GenerationPlan plan = make_plan(app, spec, prompts, id);
-  plan.arrival = arrival;
-  CompletionListener listener(app, spec, id, unix_now(), plan.requests.size(), std::move(echo));
-  GenerationOutcome o = co_await run_generation(app, ex, std::move(plan), listener);
-  co_return co_await finish_outcome(ex, o, [&] { return dump(listener.response()); });
+  p->plan.arrival = arrival;
+  CompletionListener listener(app, p->spec, p->id, unix_now(), p->plan.requests.size(), std::move(p->echo));
+  GenerationOutcome o = co_await run_generation(app, ex, std::move(p->plan), listener);
+  std::string body;
+  if (o.kind == GenerationOutcome::Completed && !ex.responded()) body = dump(listener.response());
+  co_return co_await finish_outcome(ex, o, std::move(body));
 }
 
 asio::awaitable<int> handle_chat_completions(App& app, HttpExchange& ex) {
   const auto arrival = std::chrono::steady_clock::now();
-  ChatSpec spec;
-  std::vector<int32_t> ids;
+  std::unique_ptr<PreparedChat> p;
   std::optional<ApiError> err;
   try {
-    spec = parse_chat_request(ex.request().body, limits(app));
-    if (!app.model->has_chat_template())
-      throw ApiError{500, "the model has no usable chat template: " + app.model->chat_template_error(), "", "server_error",
-                     "no_chat_template"};
-    std::string prompt;
-    try {
-      prompt = app.model->render_chat(spec.template_request);
-    } catch (const std::exception& e) {
-      throw ApiError::bad_field("messages", std::string("the chat template could not render these messages: ") + e.what());
-    }
-    // GLM-5.3's template always opens <think>; thinking off = close the block in the prompt.
-    if (!spec.enable_thinking && prompt.ends_with("<think>")) prompt += "</think>";
-    ids = app.model->tokenizer().encode(prompt);
-    if (!app.pool->any_ready()) throw ApiError{503, "no gpu-worker is ready (loading or down)", "", "service_unavailable", "no_worker"};
-    if (auto e = check_context(app, {ids}, spec.max_tokens, "messages",
-                               ex.request().body.find("max_completion_tokens") != std::string::npos ? "max_completion_tokens"
-                                                                                                     : "max_tokens"))
-      throw *e;
+    p = prepare_chat(app, ex.request().body);
   } catch (const ApiError& e) {
     err = e;
   }
   if (err) co_return co_await respond_error(ex, *err);
-
-  const auto& tok = app.model->tokenizer();
-  std::set<int32_t> keep;
-  for (const char* t : {"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"})
-    if (auto id = tok.token_to_id(t)) keep.insert(*id);
-  text::GlmParseOptions popts;
-  popts.starts_in_reasoning = !ids.empty() && app.model->think_id() >= 0 && ids.back() == app.model->think_id();
-  popts.parse_tool_calls = spec.has_tools;
-  if (spec.has_tools) popts.schemas = text::ToolSchemas::from_openai_tools_json(spec.tools_json);
-
-  std::string id = new_request_id(app, "chatcmpl-");
-  GenerationPlan plan = make_plan(app, spec, {ids}, id, keep);
-  plan.arrival = arrival;
-  ChatListener listener(app, spec, id, unix_now(), popts);
-  GenerationOutcome o = co_await run_generation(app, ex, std::move(plan), listener);
-  co_return co_await finish_outcome(ex, o, [&] { return dump(listener.response()); });
+  p->plan.arrival = arrival;
+  ChatListener listener(app, p->spec, p->id, unix_now(), p->parse);
+  GenerationOutcome o = co_await run_generation(app, ex, std::move(p->plan), listener);
+  std::string body;
+  if (o.kind == GenerationOutcome::Completed && !ex.responded()) body = dump(listener.response());
+  co_return co_await finish_outcome(ex, o, std::move(body));
 }
 
 }  // namespace ft::gateway

@@ -37,21 +37,24 @@ json model_card(const App& app) {
   return card;
 }
 
-asio::awaitable<int> respond_json(HttpExchange& ex, int status, const json& j) {
-  co_await ex.respond(status, "application/json", dump(j));
-  co_return status;
-}
+// GCC 12 mishandles std::initializer_list temporaries inside coroutines (double frees), so every
+// JSON body is built in a plain function and the coroutines only send it.
+struct Reply {
+  int status = 200;
+  std::string body;
+};
 
-asio::awaitable<int> health(App& app, HttpExchange& ex) {
+Reply reply(int status, const json& j) { return {status, dump(j)}; }
+
+Reply health(App& app) {
   json workers = json::array();
   for (const auto& w : app.pool->snapshot())
     workers.push_back({{"address", w.address}, {"state", w.state}, {"ready", w.ready}, {"detail", w.detail}, {"outstanding", w.outstanding}});
   bool ok = app.pool->any_ready();
-  json body = {{"status", ok ? "ok" : "unavailable"}, {"workers", workers}};
-  co_return co_await respond_json(ex, ok ? 200 : 503, body);
+  return reply(ok ? 200 : 503, {{"status", ok ? "ok" : "unavailable"}, {"workers", workers}});
 }
 
-asio::awaitable<int> server_info(App& app, HttpExchange& ex) {
+Reply server_info(App& app) {
   auto info = app.pool->model_info();
   json j = {{"model_path", app.model->model_dir()},
             {"tokenizer_path", app.model->model_dir()},
@@ -70,14 +73,21 @@ asio::awaitable<int> server_info(App& app, HttpExchange& ex) {
   }
   for (const auto& w : app.pool->snapshot())
     j["workers"].push_back({{"address", w.address}, {"state", w.state}, {"running", w.running}, {"waiting", w.waiting}});
-  co_return co_await respond_json(ex, 200, j);
+  return reply(200, j);
 }
 
-asio::awaitable<int> tokenize(App& app, HttpExchange& ex) {
-  std::optional<ApiError> err;
-  json out;
+Reply model_info(App& app) {
+  return reply(200, {{"model_path", app.model->model_dir()},
+                     {"tokenizer_path", app.model->model_dir()},
+                     {"is_generation", true},
+                     {"served_model_name", app.model->served_name()}});
+}
+
+Reply models(App& app) { return reply(200, {{"object", "list"}, {"data", json::array({model_card(app)})}}); }
+
+Reply tokenize(App& app, const std::string& body) {
   try {
-    TokenizeSpec s = parse_tokenize_request(ex.request().body);
+    TokenizeSpec s = parse_tokenize_request(body);
     std::string text;
     if (s.prompt) {
       text = *s.prompt;
@@ -91,27 +101,43 @@ asio::awaitable<int> tokenize(App& app, HttpExchange& ex) {
       }
     }
     auto ids = app.model->tokenizer().encode(text);
-    out = {{"tokens", ids}, {"count", ids.size()}};
+    json out = {{"tokens", ids}, {"count", ids.size()}};
     if (auto info = app.pool->model_info()) out["max_model_len"] = info->context_length();
+    return reply(200, out);
   } catch (const ApiError& e) {
-    err = e;
+    return {e.status, error_json(e)};
   }
-  if (err) co_return co_await respond_error(ex, *err);
-  co_return co_await respond_json(ex, 200, out);
 }
 
-asio::awaitable<int> detokenize(App& app, HttpExchange& ex) {
-  std::optional<ApiError> err;
-  json out;
+Reply detokenize(App& app, const std::string& body) {
   try {
-    auto ids = parse_detokenize_request(ex.request().body, {app.opts.max_n, app.model->vocab_size(), app.model->served_name()});
-    out = {{"prompt", app.model->tokenizer().decode(ids, false)}};
+    auto ids = parse_detokenize_request(body, {app.opts.max_n, app.model->vocab_size(), app.model->served_name()});
+    return reply(200, {{"prompt", app.model->tokenizer().decode(ids, false)}});
   } catch (const ApiError& e) {
-    err = e;
+    return {e.status, error_json(e)};
   }
-  if (err) co_return co_await respond_error(ex, *err);
-  co_return co_await respond_json(ex, 200, out);
 }
+
+Reply model_by_id(App& app, const std::string& id) {
+  if (id != app.model->served_name())
+    return {404, error_json(ApiError{404, "The model '" + id + "' does not exist", "model", "invalid_request_error", "model_not_found"})};
+  return reply(200, model_card(app));
+}
+
+asio::awaitable<int> send(HttpExchange& ex, Reply r) {
+  co_await ex.respond(r.status, "application/json", std::move(r.body));
+  co_return r.status;
+}
+
+struct Route {
+  const char* path;
+  bool post;
+};
+const Route kRoutes[] = {
+    {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/generate", true},   {"/tokenize", true},
+    {"/detokenize", true},          {"/v1/models", false},     {"/health", false},    {"/health_generate", false},
+    {"/metrics", false},            {"/server_info", false},   {"/get_server_info", false}, {"/get_model_info", false},
+    {"/v1/tokenize", true},         {"/v1/detokenize", true}};
 
 }  // namespace
 
@@ -128,71 +154,82 @@ asio::awaitable<int> respond_error(HttpExchange& ex, const ApiError& e) {
   std::vector<std::pair<std::string, std::string>> extra;
   if (e.status == 429 || e.status == 503) extra.emplace_back("Retry-After", "1");
   if (e.status == 401) extra.emplace_back("WWW-Authenticate", "Bearer");
-  co_await ex.respond(e.status, "application/json", error_json(e), std::move(extra));
+  std::string body = error_json(e);
+  co_await ex.respond(e.status, "application/json", std::move(body), std::move(extra));
   co_return e.status;
 }
+
+namespace {
+
+// Unknown path, wrong method, missing or wrong API key.
+std::optional<ApiError> admission_error(const App& app, const HttpRequest& req) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool post = req.method == "POST";
+  const Route* route = nullptr;
+  for (const auto& r : kRoutes)
+    if (path == r.path) route = &r;
+  const bool by_id = path.rfind("/v1/models/", 0) == 0;
+  if (!route && !by_id) return ApiError{404, "no such endpoint: " + req.method + " " + path, "", "invalid_request_error", "not_found"};
+  if ((route && route->post && !post) || ((by_id || (route && !route->post)) && !get))
+    return ApiError{405, "method " + req.method + " is not allowed on " + path, "", "invalid_request_error", "method_not_allowed"};
+  if (!app.opts.api_key.empty() && path != "/health" && path != "/metrics") {
+    const std::string auth = req.header("authorization");
+    std::string_view token;
+    if (auth.size() > 7 && (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0)) token = std::string_view(auth).substr(7);
+    if (!same(token, app.opts.api_key)) {
+      std::string msg = auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "incorrect API key provided";
+      return ApiError{401, msg, "", "invalid_request_error", "invalid_api_key"};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 asio::awaitable<int> handle_request(App& app, HttpExchange& ex) {
   const HttpRequest& req = ex.request();
   const std::string& path = req.path;
-  const bool get = req.method == "GET" || req.method == "HEAD";
-  const bool post = req.method == "POST";
-
-  struct Route {
-    const char* path;
-    bool post;
-  };
-  static const Route routes[] = {
-      {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/generate", true},   {"/tokenize", true},
-      {"/detokenize", true},          {"/v1/models", false},     {"/health", false},    {"/health_generate", false},
-      {"/metrics", false},            {"/server_info", false},   {"/get_server_info", false}, {"/get_model_info", false},
-      {"/v1/tokenize", true},         {"/v1/detokenize", true}};
-  const Route* route = nullptr;
-  for (const auto& r : routes)
-    if (path == r.path) route = &r;
-  const bool model_by_id = path.rfind("/v1/models/", 0) == 0;
-  if (!route && !model_by_id)
-    co_return co_await respond_error(ex, ApiError{404, "no such endpoint: " + req.method + " " + path, "", "invalid_request_error", "not_found"});
-  if ((route && route->post && !post) || ((model_by_id || (route && !route->post)) && !get))
-    co_return co_await respond_error(
-        ex, ApiError{405, "method " + req.method + " is not allowed on " + path, "", "invalid_request_error", "method_not_allowed"});
-
-  if (!app.opts.api_key.empty() && path != "/health" && path != "/metrics") {
-    std::string auth = req.header("authorization");
-    std::string_view token;
-    if (auth.size() > 7 && (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0)) token = std::string_view(auth).substr(7);
-    if (!same(token, app.opts.api_key))
-      co_return co_await respond_error(
-          ex, ApiError{401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "incorrect API key provided", "",
-                       "invalid_request_error", "invalid_api_key"});
-  }
+  std::optional<ApiError> refused = admission_error(app, req);
+  if (refused) co_return co_await respond_error(ex, *refused);
 
   if (path == "/v1/chat/completions") co_return co_await handle_chat_completions(app, ex);
   if (path == "/v1/completions") co_return co_await handle_completions(app, ex);
   if (path == "/generate") co_return co_await handle_sglang_generate(app, ex);
-  if (path == "/tokenize" || path == "/v1/tokenize") co_return co_await tokenize(app, ex);
-  if (path == "/detokenize" || path == "/v1/detokenize") co_return co_await detokenize(app, ex);
-  if (path == "/health" || path == "/health_generate") co_return co_await health(app, ex);
+  if (path == "/tokenize" || path == "/v1/tokenize") {
+    Reply r = tokenize(app, req.body);
+    co_return co_await send(ex, std::move(r));
+  }
+  if (path == "/detokenize" || path == "/v1/detokenize") {
+    Reply r = detokenize(app, req.body);
+    co_return co_await send(ex, std::move(r));
+  }
+  if (path == "/health" || path == "/health_generate") {
+    Reply r = health(app);
+    co_return co_await send(ex, std::move(r));
+  }
   if (path == "/metrics") {
-    co_await ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", app.metrics.render() + app.pool->render_metrics());
+    std::string text = app.metrics.render();
+    text += app.pool->render_metrics();
+    co_await ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
     co_return 200;
   }
-  if (path == "/server_info" || path == "/get_server_info") co_return co_await server_info(app, ex);
+  if (path == "/server_info" || path == "/get_server_info") {
+    Reply r = server_info(app);
+    co_return co_await send(ex, std::move(r));
+  }
   if (path == "/get_model_info") {
-    json body = {{"model_path", app.model->model_dir()}, {"tokenizer_path", app.model->model_dir()},
-                 {"is_generation", true}, {"served_model_name", app.model->served_name()}};
-    co_return co_await respond_json(ex, 200, body);
+    Reply r = model_info(app);
+    co_return co_await send(ex, std::move(r));
   }
   if (path == "/v1/models") {
-    json body = {{"object", "list"}, {"data", json::array({model_card(app)})}};
-    co_return co_await respond_json(ex, 200, body);
+    Reply r = models(app);
+    co_return co_await send(ex, std::move(r));
   }
-  // /v1/models/{id}
-  std::string id = path.substr(std::string("/v1/models/").size());
-  if (id != app.model->served_name())
-    co_return co_await respond_error(ex, ApiError{404, "The model '" + id + "' does not exist", "model", "invalid_request_error", "model_not_found"});
-  json card = model_card(app);
-  co_return co_await respond_json(ex, 200, card);
+  {
+    Reply r = model_by_id(app, path.substr(std::string("/v1/models/").size()));
+    co_return co_await send(ex, std::move(r));
+  }
 }
 
 }  // namespace ft::gateway

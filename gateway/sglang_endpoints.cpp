@@ -82,28 +82,46 @@ class SglangListener : public GenerationListener {
 
 }  // namespace
 
+namespace {
+
+struct Prepared {
+  SglangSpec spec;
+  std::string id;
+  uint32_t prompt_tokens = 0;
+  GenerationPlan plan;
+};
+
+// Plain function (not a coroutine): GCC 12 mishandles initializer-list temporaries in coroutines.
+std::unique_ptr<Prepared> prepare(App& app, const std::string& body) {
+  auto p = std::make_unique<Prepared>();
+  p->spec = parse_sglang_generate(body, {app.opts.max_n, app.model->vocab_size(), app.model->served_name()});
+  const auto& spec = p->spec;
+  std::vector<std::vector<int32_t>> prompts(1, spec.text ? app.model->tokenizer().encode(*spec.text) : spec.input_ids);
+  if (prompts[0].empty()) throw ApiError::bad_field("text", "the text encodes to no tokens");
+  if (!app.pool->any_ready()) throw ApiError{503, "no gpu-worker is ready (loading or down)", "", "service_unavailable", "no_worker"};
+  if (auto e = check_context(app, prompts, spec.max_tokens, spec.text ? "text" : "input_ids", "sampling_params.max_new_tokens"))
+    throw *e;
+  p->prompt_tokens = static_cast<uint32_t>(prompts[0].size());
+  p->id = new_request_id(app, "");
+  p->plan = make_plan(app, spec, prompts, p->id);
+  return p;
+}
+
+}  // namespace
+
 asio::awaitable<int> handle_sglang_generate(App& app, HttpExchange& ex) {
   const auto arrival = std::chrono::steady_clock::now();
-  SglangSpec spec;
-  std::vector<int32_t> ids;
+  std::unique_ptr<Prepared> p;
   std::optional<ApiError> err;
   try {
-    spec = parse_sglang_generate(ex.request().body, {app.opts.max_n, app.model->vocab_size(), app.model->served_name()});
-    ids = spec.text ? app.model->tokenizer().encode(*spec.text) : spec.input_ids;
-    if (ids.empty()) throw ApiError::bad_field("text", "the text encodes to no tokens");
-    if (!app.pool->any_ready()) throw ApiError{503, "no gpu-worker is ready (loading or down)", "", "service_unavailable", "no_worker"};
-    if (auto e = check_context(app, {ids}, spec.max_tokens, spec.text ? "text" : "input_ids", "sampling_params.max_new_tokens"))
-      throw *e;
+    p = prepare(app, ex.request().body);
   } catch (const ApiError& e) {
     err = e;
   }
   if (err) co_return co_await respond_error(ex, *err);
-
-  std::string id = new_request_id(app, "");
-  GenerationPlan plan = make_plan(app, spec, {ids}, id);
-  plan.arrival = arrival;
-  SglangListener listener(spec, id, static_cast<uint32_t>(ids.size()), arrival);
-  GenerationOutcome o = co_await run_generation(app, ex, std::move(plan), listener);
+  p->plan.arrival = arrival;
+  SglangListener listener(p->spec, p->id, p->prompt_tokens, arrival);
+  GenerationOutcome o = co_await run_generation(app, ex, std::move(p->plan), listener);
   if (o.kind == GenerationOutcome::ClientGone) co_return 499;
   if (o.kind == GenerationOutcome::Failed) {
     if (!ex.responded()) co_return co_await respond_error(ex, *o.error);

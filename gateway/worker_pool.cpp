@@ -37,18 +37,23 @@ class GenerateReactor final : public grpc::ClientReadReactor<v1::GenerateRespons
   }
 
   void cancel() override { ctx_.TryCancel(); }
+  void release() {
+    if (!released_.exchange(true)) w_->outstanding.fetch_sub(1);
+  }
   const std::string& worker() const override { return w_->address; }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows with the status
     GenerateEvent ev;
     ev.msg.Swap(&resp_);
+    // The worker's slot is free once it says `finished`: count it so before the client hears.
+    if (ev.msg.finished()) release();
     sink_(std::move(ev));
     StartRead(&resp_);
   }
 
   void OnDone(const grpc::Status& s) override {
-    w_->outstanding.fetch_sub(1);
+    release();
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) pool_->mark_unreachable(w_->address, s.error_message());
     GenerateEvent ev;
     ev.ended = true;
@@ -67,6 +72,7 @@ class GenerateReactor final : public grpc::ClientReadReactor<v1::GenerateRespons
   v1::GenerateRequest req_;
   v1::GenerateResponse resp_;
   std::shared_ptr<GenerateReactor> self_;
+  std::atomic<bool> released_{false};
 };
 
 const char* health_name(v1::HealthResponse::Status s) {

@@ -1,0 +1,74 @@
+#pragma once
+// Shared setup for the gateway's HTTP tests: the tiny-chat tokenizer (to script tokens from
+// text), a fake worker, and a gateway process pointed at it.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "shared/text/tokenizer.h"
+#include "tests/gateway/fake_worker.h"
+#include "tests/gateway/harness.h"
+
+namespace ft::test {
+
+using json = nlohmann::json;
+
+inline std::string tiny_chat_model() { return std::string(FLASHTIER_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-chat/model"; }
+
+inline const text::Tokenizer& tiny_tokenizer() {
+  static text::Tokenizer tok = text::Tokenizer::from_file(tiny_chat_model() + "/tokenizer.json");
+  return tok;
+}
+
+inline std::vector<int32_t> ids_of(const std::string& s) { return tiny_tokenizer().encode(s); }
+
+inline std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+constexpr int32_t kEos = 3000;          // <|endoftext|>
+constexpr int32_t kUserEos = 3007;      // <|user|>
+constexpr int32_t kObservation = 3009;  // <|observation|>
+
+inline FakeScript script_of(std::vector<int32_t> tokens, std::chrono::microseconds delay) {
+  FakeScript s;
+  s.tokens = std::move(tokens);
+  s.delay = delay;
+  return s;
+}
+
+inline std::vector<std::string> gateway_args(const std::vector<std::string>& workers, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a{"--model-dir", tiny_chat_model(), "--port", "0", "--host", "127.0.0.1",
+                             "--keepalive-ms", "100", "--health-interval-ms", "100"};
+  for (const auto& w : workers) {
+    a.push_back("--worker");
+    a.push_back(w);
+  }
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+inline json parse(const std::string& s) {
+  try {
+    return json::parse(s);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not JSON: " << s;
+    return json();
+  }
+}
+
+// Value of an unlabelled metric line "name value" in Prometheus text.
+inline double metric(const std::string& text, const std::string& name) {
+  size_t p = 0;
+  while ((p = text.find(name + " ", p)) != std::string::npos) {
+    if (p == 0 || text[p - 1] == '\n') return std::stod(text.substr(p + name.size() + 1));
+    p += name.size();
+  }
+  return -1;
+}
+
+}  // namespace ft::test
