@@ -307,5 +307,42 @@ TEST(Exl3Synthetic, LoadsAndRuns) {
   EXPECT_LT(std::sqrt(e / r), 5e-6);
 }
 
+// Widths that are not multiples of 128 are stored padded (exl3-format §7): inputs are zero-extended,
+// padded outputs dropped, and gate/up's padded columns feed down's padded inputs.
+TEST(Exl3Synthetic, PaddedWidths) {
+  TempDir d;
+  SynthOptions o;
+  o.out_dir = d.str();
+  o.layers = 1;
+  o.vocab = 300, o.hidden = 200, o.inter = 300, o.moe_inter = 150, o.experts = 2, o.experts_per_tok = 1;
+  o.linear_heads = 1, o.heads = 1, o.q_lora = 64, o.kv_lora = 64, o.qk_nope = 64, o.v_head_dim = 64;
+  o.index_heads = 1, o.index_head_dim = 64, o.index_kpool = 4, o.index_topk = 16;
+  write_synthetic_model(o);
+  const TensorStore st = TensorStore::open(d.str());
+  const Exl3Linear g = load_exl3_linear(st, expert_proj_name(st, 0, 1, kGate), 150, 200);
+  EXPECT_EQ(g.in_p, 256);
+  EXPECT_EQ(g.out_p, 256);
+  const ExpertBlockHeader h = plan_expert_block(expert_geometry(st, 0, 1, 200, 150));
+  std::vector<uint8_t> raw(h.block_bytes + 64);
+  uint8_t* blk = raw.data() + (64 - reinterpret_cast<uintptr_t>(raw.data()) % 64) % 64;
+  pack_expert_from_store(st, 0, 1, 200, 150, blk);
+  ThreadPool pool(2, false);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(3 * 200), y(3 * 200), want(3 * 200);
+  for (float& v : x) v = nd(rng);
+  for (SimdPath p : {SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512}) {
+    if (!simd_supported(p)) continue;
+    expert_forward(blk, x.data(), 3, y.data(), pool, 10.0f, p);
+    const Exl3Linear u = load_exl3_linear(st, expert_proj_name(st, 0, 1, kUp));
+    const Exl3Linear dn = load_exl3_linear(st, expert_proj_name(st, 0, 1, kDown));
+    expert_forward_reference(g, u, dn, 200, 150, 10.0f, x.data(), 3, want.data());
+    double e = 0, r = 0;
+    for (size_t i = 0; i < y.size(); ++i) e += (y[i] - want[i]) * (y[i] - want[i]), r += want[i] * want[i];
+    EXPECT_GT(r, 0);
+    EXPECT_LT(std::sqrt(e / r), 5e-6) << simd_name(p);
+  }
+}
+
 }  // namespace
 }  // namespace ft::exl3
