@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "shared/ipc/ring_client.h"
+#include "shared/ipc/ring_layout.h"
 #include "shared/ipc/ring_server.h"
 #include "tests/ipc/child_process.h"
 
@@ -263,4 +265,40 @@ TEST_F(Ring, ChannelOfADeadClientIsReclaimed) {
   std::vector<float> out(16);
   c->call(b.view(1), out.data());
   EXPECT_EQ(out, b.expected());
+}
+
+// A worker in another pid namespace (a container) cannot be probed by pid: its heartbeat decides.
+// The test pretends so by rewriting the namespace id the server published, then freezes the peer.
+TEST_F(Ring, FrozenServerInAnotherPidNamespaceIsDetectedByItsHeartbeat) {
+  Peer peer(name);
+  auto c = connect(name);
+  {
+    auto m = ShmMapping::open(name, true);
+    ASSERT_TRUE(m.has_value());
+    reinterpret_cast<ring::RingHeader*>(m->data())->server_pid_ns.store(12345);
+  }
+  Batch b(1, 2, 16, 4);
+  std::vector<float> out(16);
+  c->call(b.view(1), out.data());  // a beating server is fine
+  EXPECT_EQ(out, b.expected());
+  peer.proc().kill(SIGSTOP);
+  // kill() returns before the peer has actually stopped; wait for /proc to say 'T'.
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream f("/proc/" + std::to_string(peer.proc().pid()) + "/stat");
+    std::string st;
+    std::getline(f, st);
+    if (st.size() > st.rfind(')') + 2 && st[st.rfind(')') + 2] == 'T') break;
+    std::this_thread::sleep_for(1ms);
+  }
+  const auto t0 = clk::now();
+  try {
+    c->call(b.view(1), out.data());
+    FAIL() << "a frozen server answered";
+  } catch (const PeerLost& e) {
+    EXPECT_NE(std::string(e.what()).find("stopped beating"), std::string::npos) << e.what();
+  }
+  const double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+  std::printf("frozen worker detected by heartbeat after %.1f ms\n", ms);
+  EXPECT_LT(ms, 400.0);
+  peer.proc().kill(SIGKILL);
 }
