@@ -32,6 +32,7 @@ void ExpertTierService::answer(const pb::ExpertRequest& req, pb::ExpertResponse&
   resp.set_id(req.id());
   ExpertEngine* eng = st_.engine.load();
   try {
+    if (!eng && st_.stopping.load()) throw Error("the expert tier is shutting down");
     if (!eng) {
       const double total = static_cast<double>(st_.progress.total.load());
       const double pct = total > 0 ? 100.0 * static_cast<double>(st_.progress.done.load()) / total : 0.0;

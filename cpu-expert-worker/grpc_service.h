@@ -16,6 +16,7 @@ namespace ft::cew {
 // What the service reports and serves with; the worker fills it in as it starts.
 struct WorkerState {
   std::atomic<ExpertEngine*> engine{nullptr};  // null until the segment is ready
+  std::atomic<bool> stopping{false};
   LoadProgress progress;
   ipc::TierInfo info;  // model description (known from config.json before the load)
   std::string ring_name;

@@ -175,6 +175,7 @@ int run(const WorkerOptions& o, StopSignal& stop) {
 
   stop.wait();
   log_line(std::string("signal ") + std::to_string(stop.signal) + ": stopping");
+  st.stopping = true;
   st.engine = nullptr;
   if (ring) ring->stop();
   if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
