@@ -27,7 +27,7 @@ std::atomic<int> g_signal{0};
 int usage() {
   std::cerr << "usage: flashtier-local --model DIR --port N [--host ADDR] [--max-batch-size N] [--chunk-size N]\n"
                "         [--context-size N] [--threads N] [--api-key KEY] [--served-model-name NAME]\n"
-               "         [--experts-in-process]\n"
+               "         [--segment NAME] [--ring NAME] [--experts-in-process]\n"
                "  Starts the three flashtier services for DIR and serves the OpenAI API on ADDR:N\n"
                "  (default 127.0.0.1). Prints 'ready' when the gateway's /health answers 200.\n";
   return 2;
@@ -46,7 +46,7 @@ void log(const std::string& m) { std::cerr << "flashtier-local: " << m << std::e
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, host = "127.0.0.1", api_key, served_name;
+  std::string model, host = "127.0.0.1", api_key, served_name, segment, ring;
   int port = 0;
   std::vector<std::string> worker_flags, expert_flags;
   bool in_process = false;
@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
     else if (a == "--host") host = v;
     else if (a == "--api-key") api_key = v;
     else if (a == "--served-model-name") served_name = v;
+    else if (a == "--segment") segment = v;
+    else if (a == "--ring") ring = v;
     else if (a == "--max-batch-size" || a == "--chunk-size" || a == "--context-size") worker_flags.insert(worker_flags.end(), {a, v});
     else if (a == "--threads") expert_flags.insert(expert_flags.end(), {a, v});
     else return usage();
@@ -82,8 +84,8 @@ int main(int argc, char** argv) {
     // Names derived from the model path and port, so a restarted launcher re-attaches to the
     // expert segment it built before and two launchers never share a ring.
     const std::string tag = std::to_string(std::hash<std::string>{}(model_abs) % 1000000007ULL);
-    const std::string segment = "flashtier-experts-" + tag;
-    const std::string ring = "flashtier-ring-" + std::to_string(port);
+    if (segment.empty()) segment = "flashtier-experts-" + tag;
+    if (ring.empty()) ring = "flashtier-ring-" + std::to_string(port);
 
     ft::local::Supervisor sup(log);
     if (!in_process) {

@@ -1,7 +1,7 @@
 #include "deploy/local/supervisor.h"
 
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,8 +9,6 @@
 #include <thread>
 
 #include "shared/core/error.h"
-
-extern char** environ;
 
 namespace ft::local {
 
@@ -20,9 +18,18 @@ pid_t Supervisor::spawn(const ChildSpec& spec) {
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
-  if (rc != 0) throw Error("cannot start " + spec.name + " (" + spec.argv[0] + "): " + std::strerror(rc));
+  if (access(argv[0], X_OK) != 0)
+    throw Error("cannot start " + spec.name + " (" + spec.argv[0] + "): " + std::strerror(errno));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw Error("cannot start " + spec.name + ": fork: " + std::strerror(errno));
+  if (pid == 0) {
+    // Children must not outlive the launcher, even when it is killed with SIGKILL.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
   return pid;
 }
 

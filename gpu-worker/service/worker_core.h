@@ -34,7 +34,7 @@ class WorkerCore {
   State state() const { return state_.load(); }
   std::string load_error() const;
   // True when the expert tier answered its last exchange (or is in-process).
-  bool experts_healthy() const;
+  bool experts_healthy();
 
   // Valid once Ready.
   Scheduler& scheduler() { return *scheduler_; }

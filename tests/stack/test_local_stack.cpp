@@ -1,0 +1,182 @@
+// The whole stack under flashtier-local on the tiny-chat fixture, driven with curl: ready line,
+// killing the cpu-expert-worker mid-stream (error event, restart, re-attach without reload, next
+// request served identically), and SIGTERM stopping every service.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "deploy/local/free_port.h"
+#include "tests/support/test_paths.h"
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+extern char** environ;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string run(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  pclose(p);
+  return out;
+}
+
+// Pids whose command line contains every one of `parts` (read from /proc, so no shell of ours
+// ever matches its own pattern).
+std::vector<pid_t> pids_matching(std::initializer_list<std::string> parts) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = slurp(e.path().string() + "/cmdline");
+    for (char& c : cmd)
+      if (c == '\0') c = ' ';
+    bool all = !cmd.empty();
+    for (const auto& p : parts) all = all && cmd.find(p) != std::string::npos;
+    if (all && std::stoi(name) != getpid()) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+class LocalStack : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    port_ = ft::local::free_loopback_port();
+    tag_ = "ftstack" + std::to_string(getpid());
+    out_ = dir_ / "out.txt";
+    err_ = dir_ / "err.txt";
+    const std::string bin = std::string(FLASHTIER_BIN_DIR) + "/flashtier-local";
+    std::vector<std::string> args = {bin, "--model", ft::test::fixture("glm5-tiny-chat/model"), "--port",
+                                     std::to_string(port_), "--segment", tag_ + "-seg", "--ring", tag_ + "-ring"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_EQ(posix_spawn(&pid_, bin.c_str(), &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (slurp(out_).find("ready") == std::string::npos) {
+      ASSERT_LT(std::chrono::steady_clock::now() - t0, 60s) << slurp(err_);
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int st = 0;
+      waitpid(pid_, &st, 0);
+    }
+    run(std::string(FLASHTIER_BIN_DIR) + "/flashtier-cpu-expert-worker --remove-segment --segment " + tag_ +
+        "-seg --ring " + tag_ + "-ring >/dev/null 2>&1");
+  }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string completion(int max_tokens, bool stream) const {
+    return "curl -sN " + url("/v1/completions") +
+           " -H 'content-type: application/json' -d '{\"model\": \"model\", \"prompt\": [3007, 100, 200], "
+           "\"max_tokens\": " + std::to_string(max_tokens) + ", \"temperature\": 0, \"ignore_eos\": true, \"stream\": " +
+           (stream ? "true" : "false") + "}'";
+  }
+
+  ft::test::TempDir dir_;
+  std::string out_, err_, tag_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+}  // namespace
+
+TEST_F(LocalStack, ExpertWorkerKilledMidStreamThenReattachedAndServing) {
+  const std::string before = run(completion(8, false));
+  ASSERT_THAT(before, HasSubstr("\"completion_tokens\":8")) << before;
+  EXPECT_THAT(slurp(err_), HasSubstr("building segment " + tag_ + "-seg"));
+
+  // A long stream; kill the expert worker once tokens flow.
+  FILE* p = popen(completion(20000, true).c_str(), "r");
+  std::string streamed;
+  std::array<char, 4096> buf;
+  int events = 0;
+  while (events < 5 && fgets(buf.data(), buf.size(), p)) {
+    streamed += buf.data();
+    if (std::string(buf.data()).rfind("data: ", 0) == 0) ++events;
+  }
+  ASSERT_EQ(events, 5) << streamed;
+  const auto expert_worker = pids_matching({"flashtier-cpu-expert-worker", "--segment " + tag_ + "-seg"});
+  ASSERT_EQ(expert_worker.size(), 1u);
+  kill(expert_worker[0], SIGKILL);
+  while (fgets(buf.data(), buf.size(), p)) streamed += buf.data();
+  pclose(p);
+  EXPECT_THAT(streamed, HasSubstr("\"error\""));
+  EXPECT_THAT(streamed, HasSubstr("died"));
+  EXPECT_THAT(streamed.substr(streamed.size() - 16), HasSubstr("data: [DONE]"));
+
+  // The launcher restarts it; it re-attaches to the segment instead of reloading the model.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (slurp(err_).find("re-attached to segment " + tag_ + "-seg") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, 20s) << slurp(err_);
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_THAT(slurp(err_), HasSubstr("no reload"));
+  EXPECT_THAT(slurp(err_), HasSubstr("cpu-expert-worker restarted"));
+  std::string after;
+  for (int i = 0; i < 100; ++i) {  // the gpu-worker reconnects on its next request
+    after = run(completion(8, false));
+    if (after.find("\"completion_tokens\":8") != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  auto text_of = [](const std::string& body) { return body.substr(body.find("\"text\"")); };
+  EXPECT_EQ(text_of(after).substr(0, 60), text_of(before).substr(0, 60)) << after;
+}
+
+TEST_F(LocalStack, SigtermStopsEveryService) {
+  EXPECT_EQ(run("curl -s -o /dev/null -w '%{http_code}' " + url("/health")), "200");
+  const std::string port_flag = "--port " + std::to_string(port_) + " ";
+  EXPECT_EQ(pids_matching({"flashtier-cpu-expert-worker", "--segment " + tag_ + "-seg"}).size(), 1u);
+  EXPECT_EQ(pids_matching({"flashtier-gateway", port_flag}).size(), 1u);
+  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid_, &st, 0), pid_);
+  pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  EXPECT_TRUE(pids_matching({"flashtier-cpu-expert-worker", "--segment " + tag_ + "-seg"}).empty());
+  EXPECT_TRUE(pids_matching({"flashtier-gateway", port_flag}).empty());
+  EXPECT_THAT(slurp(err_), HasSubstr("stopping the services"));
+}
+
+TEST_F(LocalStack, ServicesDoNotOutliveAKilledLauncher) {
+  const std::string port_flag = "--port " + std::to_string(port_) + " ";
+  ASSERT_EQ(pids_matching({"flashtier-gateway", port_flag}).size(), 1u);
+  ASSERT_EQ(kill(pid_, SIGKILL), 0);
+  int st = 0;
+  waitpid(pid_, &st, 0);
+  pid_ = -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!pids_matching({"flashtier-gateway", port_flag}).empty() ||
+         !pids_matching({"flashtier-cpu-expert-worker", "--segment " + tag_ + "-seg"}).empty()) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, 5s);
+    std::this_thread::sleep_for(20ms);
+  }
+}
