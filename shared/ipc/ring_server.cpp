@@ -59,6 +59,9 @@ RingServer::RingServer(const std::string& name, const RingConfig& cfg, const Tie
   if (auto old = ShmMapping::open(name, true)) {
     if (old->size() >= sizeof(RingHeader)) {
       const RingHeader& h = header(*old);
+      // A restart may race the exit of the server it replaces: give that one a moment to go.
+      for (int i = 0; i < 200 && std::memcmp(h.magic, kMagic, 8) == 0 && live_server(h); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       if (std::memcmp(h.magic, kMagic, 8) == 0 && live_server(h))
         throw Error("ring " + name + " is served by a live cpu-expert-worker (pid " +
                     std::to_string(h.server_pid.load()) + "); stop it first or pick another --ring");

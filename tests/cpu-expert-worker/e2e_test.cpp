@@ -215,6 +215,7 @@ TEST_F(EndToEnd, KilledWorkerFailsTheStreamAndItsRestartReattaches) {
     ASSERT_TRUE(failed) << addr;
     std::printf("%s: killed worker reported after %.1f ms: %s\n", addr.c_str(),
                 std::chrono::duration<double, std::milli>(clk::now() - killed).count(), error.c_str());
+    EXPECT_EQ(worker->proc().wait(5s), 128 + SIGKILL);  // a launcher restarts once it has reaped the old one
     EXPECT_FALSE(remote->connected());
     EXPECT_THROW(remote->compute(3, x.data(), 4, routes, after.data()), Error) << "worker is down";
 
