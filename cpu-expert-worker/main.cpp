@@ -74,9 +74,9 @@ void write_ready_file(const std::string& path, const nlohmann::json& j) {
 int run(const WorkerOptions& o, StopSignal& stop) {
   if (o.remove_segment) {
     const bool seg = ipc::ShmMapping::remove(o.segment);
-    const bool ring = o.ring != "none" && ipc::RingServer::remove(o.ring);
-    log_line(std::string("segment ") + o.segment + (seg ? " removed" : " did not exist") + "; ring " + o.ring +
-             (ring ? " removed" : " did not exist"));
+    std::string msg = "segment " + o.segment + (seg ? " removed" : " did not exist");
+    if (o.ring != "none") msg += "; ring " + o.ring + (ipc::RingServer::remove(o.ring) ? " removed" : " did not exist");
+    log_line(msg);
     return 0;
   }
   const ModelConfig cfg = load_config(o.model);
