@@ -63,6 +63,11 @@ struct V256 {
   static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   static F bcast(float x) { return _mm256_set1_ps(x); }
   static F zero() { return _mm256_setzero_ps(); }
+  static F loadf(const F* p) { return _mm256_load_ps(reinterpret_cast<const float*>(p)); }
+  static void storef(F* p, F v) { _mm256_store_ps(reinterpret_cast<float*>(p), v); }
+  // Accumulator lanes are columns h·8 … h·8+7 of one tile.
+  static F load_acc(const float* z, int h) { return _mm256_loadu_ps(z + h * 8); }
+  static void store_acc(float* z, int h, F acc) { _mm256_storeu_ps(z + h * 8, acc); }
 };
 
 template <int K, Codebook CB, int NR>
@@ -79,6 +84,10 @@ void run_pairs(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh,
     for (int t = 0; t < 2; ++t) {
       const uint32_t* base = w.pair(p) + 8 * t;
       float* zt = z + (p - p0) * 32 + 16 * t;
+      if (n > 4) {  // more rows than accumulators: decode once per step, sweep the rows
+        panel_matmul<V256, K, CB, 4>(base, A, xh, xs, n, zt, zs);
+        continue;
+      }
       for (int r = 0; r < n;) {
         const int left = n - r;
         if (left >= 4) tile_block<K, CB, 4>(base, A, xh + r * xs, xs, zt + r * zs, zs), r += 4;

@@ -70,14 +70,22 @@ struct V512 {
   static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   static F bcast(float x) { return _mm512_set1_ps(x); }
   static F zero() { return _mm512_setzero_ps(); }
+  static F loadf(const F* p) { return _mm512_load_ps(reinterpret_cast<const float*>(p)); }
+  static void storef(F* p, F v) { _mm512_store_ps(reinterpret_cast<float*>(p), v); }
+  // Accumulator lanes 0-7 are columns h·8 … h·8+7 of the pair's first tile, lanes 8-15 those of
+  // its second tile (16 columns further).
+  static F load_acc(const float* z, int h) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(z + h * 8)), _mm256_loadu_ps(z + 16 + h * 8), 1);
+  }
+  static void store_acc(float* z, int h, F acc) {
+    _mm256_storeu_ps(z + h * 8, _mm512_castps512_ps256(acc));
+    _mm256_storeu_ps(z + 16 + h * 8, _mm512_extractf32x8_ps(acc, 1));
+  }
 };
 
 template <int K, Codebook CB, int NR>
 void pair_block(const uint32_t* base, int64_t A, const float* xh, int64_t xs, float* z, int64_t zs) {
-  FusedKernel<V512, K, CB, NR>::run(base, A, xh, xs, [&](int r, int h, __m512 acc) {
-    _mm256_storeu_ps(z + r * zs + h * 8, _mm512_castps512_ps256(acc));
-    _mm256_storeu_ps(z + r * zs + 16 + h * 8, _mm512_extractf32x8_ps(acc, 1));
-  });
+  FusedKernel<V512, K, CB, NR>::run(base, A, xh, xs, [&](int r, int h, __m512 acc) { V512::store_acc(z + r * zs, h, acc); });
 }
 
 template <int K, Codebook CB>
@@ -87,6 +95,10 @@ void run_pairs(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh,
   for (int64_t p = p0; p < p0 + npairs; ++p) {
     const uint32_t* base = w.pair(p);
     float* zp = z + (p - p0) * 32;
+    if (n > 8) {  // more rows than accumulators: decode once per step, sweep the rows
+      panel_matmul<V512, K, CB, 8>(base, A, xh, xs, n, zp, zs);
+      continue;
+    }
     for (int r = 0; r < n;) {
       const int left = n - r;
       if (left >= 8) pair_block<K, CB, 8>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 8;

@@ -64,7 +64,7 @@ TEST_P(KernelPath, GoldenDecodeBitExact) {
   }
 }
 
-// Random trellises of every K and codebook, 1 … 9 rows (every register-block split), against
+// Random trellises of every K and codebook, 1 … 21 rows (register blocks and the panel path), against
 // the reference decode with double accumulation.
 TEST_P(KernelPath, MatmulMatchesReference) {
   std::mt19937 rng(1234);
@@ -75,7 +75,7 @@ TEST_P(KernelPath, MatmulMatchesReference) {
       test::PackedBuffer pk(bits.data(), in, out, K, cb);
       std::vector<float> wq(static_cast<size_t>(in * out));
       decode_trellis_f32(bits.data(), in, out, K, cb, wq.data());
-      for (int n : {1, 3, 9}) {
+      for (int n : {1, 3, 6, 9, 21}) {
         std::normal_distribution<float> nd;
         std::vector<float> x(static_cast<size_t>(n * in)), z(static_cast<size_t>(n * out));
         for (float& v : x) v = nd(rng);
