@@ -1,6 +1,6 @@
 // AVX-512 path (F/BW/VL/DQ + VNNI + VBMI/VBMI2: Ice Lake, Sapphire Rapids, Zen 4 and later):
-// one zmm covers the two tiles of a pair (lanes 0-7 and 8-15),
-// up to 8 batch rows keep their accumulators in registers.
+// one zmm covers the two tiles of a pair (lanes 0-7 and 8-15); up to 4 rows decode straight into
+// register accumulators, more rows sweep a decoded panel in blocks of 8.
 #include <immintrin.h>
 
 #include "shared/exl3/kernel_body.h"
@@ -95,14 +95,13 @@ void run_pairs(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh,
   for (int64_t p = p0; p < p0 + npairs; ++p) {
     const uint32_t* base = w.pair(p);
     float* zp = z + (p - p0) * 32;
-    if (n > 8) {  // more rows than accumulators: decode once per step, sweep the rows
+    if (n > 4) {  // past 4 rows one decode per step and a sweep of the rows beat decoding per block
       panel_matmul<V512, K, CB, 8>(base, A, xh, xs, n, zp, zs);
       continue;
     }
     for (int r = 0; r < n;) {
       const int left = n - r;
-      if (left >= 8) pair_block<K, CB, 8>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 8;
-      else if (left >= 4) pair_block<K, CB, 4>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 4;
+      if (left >= 4) pair_block<K, CB, 4>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 4;
       else if (left >= 2) pair_block<K, CB, 2>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 2;
       else pair_block<K, CB, 1>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 1;
     }
