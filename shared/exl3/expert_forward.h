@@ -33,8 +33,9 @@ class ExpertRunner {
   ~ExpertRunner();
 
   // x: [T][D] with D = the experts' hidden size; out: [T][D], overwritten: Σ over tasks (in task
-  // order) of weight · expert(x[row]); rows no task names get 0. All tasks must share D and the
-  // intermediate size.
+  // order) of weight · expert(x[row]); rows no task names get 0 (with no tasks at all, out is left
+  // alone: D is unknown). All tasks must share D and the intermediate size. One call at a time per
+  // runner (and per pool); a row's result has the same bits whatever else is in the batch.
   void forward(const ExpertTask* tasks, int ntasks, const float* x, int64_t T, float* out);
 
   SimdPath path() const { return path_; }
