@@ -71,4 +71,13 @@ inline double metric(const std::string& text, const std::string& name) {
   return -1;
 }
 
+// Value of the first sample of a labelled metric "name{...} value".
+inline double labelled_metric(const std::string& text, const std::string& name) {
+  size_t p = text.find("\n" + name + "{");
+  if (p == std::string::npos) return -1;
+  size_t e = text.find('\n', p + 1);
+  std::string line = text.substr(p + 1, e - p - 1);
+  return std::stod(line.substr(line.rfind(' ') + 1));
+}
+
 }  // namespace ft::test

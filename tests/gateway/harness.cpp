@@ -6,12 +6,14 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +25,26 @@ extern char** environ;
 namespace ft::test {
 
 namespace {
+
+// fork + exec with stdout (and optionally stderr) on `out_fd`; the child gets SIGKILL when the
+// test process dies, so a crashed test never leaves servers behind.
+pid_t spawn(const std::vector<std::string>& args, int out_fd, bool with_stderr) {
+  std::vector<std::string> a = args;
+  std::vector<char*> argv;
+  for (auto& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    dup2(out_fd, 1);
+    if (with_stderr) dup2(out_fd, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
 
 int connect_to(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -228,24 +250,99 @@ std::vector<std::string> sse_data(const std::string& body) {
   return out;
 }
 
+struct ChildProcess::State {
+  mutable std::mutex mu;
+  std::string out;
+  std::atomic<bool> eof{false};
+  std::thread reader;
+};
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv_in) : st_(new State) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  pid_ = spawn(argv_in, pipefd[1], true);
+  ::close(pipefd[1]);
+  if (pid_ < 0) {
+    ::close(pipefd[0]);
+    throw std::runtime_error("cannot start " + argv_in[0]);
+  }
+  fd_ = pipefd[0];
+  State* st = st_;
+  int fd = fd_;
+  st_->reader = std::thread([st, fd] {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      std::lock_guard lk(st->mu);
+      st->out.append(buf, size_t(n));
+    }
+    st->eof = true;
+  });
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    bool gone = false;
+    for (int i = 0; i < 150 && !gone; ++i) {
+      gone = waitpid(pid_, nullptr, WNOHANG) == pid_;
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!gone) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  if (st_->reader.joinable()) st_->reader.join();
+  if (fd_ >= 0) ::close(fd_);
+  delete st_;
+}
+
+bool ChildProcess::wait_for_output(const std::string& text, int timeout_ms) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      std::lock_guard lk(st_->mu);
+      if (st_->out.find(text) != std::string::npos) return true;
+    }
+    if (st_->eof) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+std::string ChildProcess::output() const {
+  std::lock_guard lk(st_->mu);
+  return st_->out;
+}
+
+bool ChildProcess::running() const { return pid_ > 0 && !st_->eof && kill(pid_, 0) == 0; }
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
 std::string bin_path(const std::string& name) { return std::string(FLASHTIER_BIN_DIR) + "/" + name; }
 
 GatewayProcess::GatewayProcess(const std::vector<std::string>& args) {
   int pipefd[2];
-  if (::pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   std::vector<std::string> argv_s{bin_path("flashtier-gateway")};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  pid_ = spawn(argv_s, pipefd[1], false);
   ::close(pipefd[1]);
-  if (rc != 0) {
+  if (pid_ < 0) {
     ::close(pipefd[0]);
     throw std::runtime_error("cannot start " + argv_s[0]);
   }

@@ -41,6 +41,27 @@ class SseStream {
   std::string raw_, body_;
 };
 
+// Any child process with its stdout+stderr collected in the background.
+class ChildProcess {
+ public:
+  explicit ChildProcess(const std::vector<std::string>& argv);
+  ~ChildProcess();  // SIGTERM, then SIGKILL
+  // Waits until the output contains `text`; false on timeout or exit.
+  bool wait_for_output(const std::string& text, int timeout_ms);
+  std::string output() const;
+  bool running() const;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  struct State;
+  State* st_;
+};
+
+// A TCP port that was free a moment ago.
+int free_port();
+
 class GatewayProcess {
  public:
   explicit GatewayProcess(const std::vector<std::string>& args);
