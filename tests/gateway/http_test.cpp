@@ -477,6 +477,8 @@ void expect_cancel_within(FakeWorker& w, int port, const FakeScript& s, int even
   ASSERT_GT(times.size(), times_before);
   double ms = std::chrono::duration<double, std::milli>(times.back() - t0).count();
   EXPECT_LT(ms, 100.0) << "cancellation took " << ms << " ms";
+  ::testing::Test::RecordProperty("cancel_latency_ms", std::to_string(ms));
+  std::printf("client close -> worker CANCELLED: %.2f ms\n", ms);
 }
 
 TEST_F(GatewayHttp, DisconnectCancelsWithin100msAndFreesSlot) {
