@@ -170,7 +170,8 @@ void parse_common(const json& j, CommonFields& c, const SchemaLimits& lim) {
       if (it.key() == "include_usage") {
         if (!it.value().is_null()) c.include_usage = boolean(it.value(), "stream_options.include_usage");
       } else if (it.key() == "continuous_usage_stats") {
-        if (!it.value().is_null()) c.continuous_usage = boolean(it.value(), "stream_options.continuous_usage_stats");
+        if (!it.value().is_null() && boolean(it.value(), "stream_options.continuous_usage_stats"))
+          unsupported("stream_options.continuous_usage_stats", "'stream_options.continuous_usage_stats' is not supported");
       } else {
         bad("stream_options." + it.key(), "unknown field 'stream_options." + it.key() + "'");
       }

@@ -41,7 +41,6 @@ struct CommonFields {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
-  bool continuous_usage = false;
   bool logprobs = false;
   int top_logprobs = 0;
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids

@@ -1,5 +1,6 @@
 // curl against the gateway binary (fake worker behind it): every endpoint answers, and every
 // validation error is a 4xx with OpenAI error JSON naming the field.
+#include <chrono>
 #include <fstream>
 
 #include "tests/gateway/gateway_test_util.h"
@@ -100,6 +101,7 @@ TEST_F(GatewayCurl, EveryValidationErrorNamesTheField) {
       {"/v1/completions", R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})", 400, "stream_options.include_usage"},
       {"/v1/completions", R"({"prompt":"x","stream":true,"stream_options":{"bogus":true}})", 400, "stream_options.bogus"},
       {"/v1/completions", R"({"prompt":"x","stream":true,"stream_options":[]})", 400, "stream_options"},
+      {"/v1/completions", R"({"prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":true}})", 400, "stream_options.continuous_usage_stats"},
       {"/v1/completions", R"({"prompt":"x","stop":5})", 400, "stop"},
       {"/v1/completions", R"({"prompt":"x","stop":""})", 400, "stop"},
       {"/v1/completions", R"({"prompt":"x","stop":["a",""]})", 400, "stop[1]"},
@@ -245,6 +247,12 @@ TEST_F(GatewayCurl, BodyLimitRoutingAndMethods) {
   CurlResult r = curl("-X POST -H 'Content-Type: application/json' --data-binary @" + shell_quote(path) + " " + url("/v1/completions"));
   EXPECT_EQ(r.status, 413) << r.body;
   EXPECT_EQ(json::parse(r.body, nullptr, false)["error"]["code"], "request_too_large");
+  // A client that asks "Expect: 100-continue" gets the go-ahead at once (curl would wait 1 s).
+  auto t0 = std::chrono::steady_clock::now();
+  r = curl("-H 'Expect: 100-continue' -H 'Content-Type: application/json' --data-binary " +
+           shell_quote(R"({"prompt":"x","max_tokens":2})") + " " + url("/v1/completions"));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.5);
   r = curl(url("/nope"));
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(json::parse(r.body, nullptr, false)["error"]["code"], "not_found");
