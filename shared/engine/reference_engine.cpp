@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "shared/core/error.h"
 #include "shared/engine/local_experts.h"
@@ -137,7 +136,6 @@ void ReferenceEngine::sparse_layer(int64_t l, SparseState& st, int64_t T0, const
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.qk_head_dim));
   const bool tail = c.index_kpool_always_select_tail;
   std::vector<float> scores, ctx(NH * Rkv), heads(NH * c.v_head_dim);
-  std::vector<int32_t> everything;
   for (int64_t t = 0; t < n; ++t) {
     const int64_t tau = T0 + t;
     if (ix) {
@@ -150,17 +148,10 @@ void ReferenceEngine::sparse_layer(int64_t l, SparseState& st, int64_t T0, const
       sel[t] = select_tokens(scores.data(), tau, kp, c.index_pool_budget(), tail);
     }
     if (obs) obs->on_selection(l, item, tau, sel[t]);
-    const std::vector<int32_t>* s = &sel[t];
-    bool uniform = false;
-    if (s->empty()) {
-      // Only without the tail: transformers' fully masked row averages every cached token.
-      everything.resize(T);
-      std::iota(everything.begin(), everything.end(), 0);
-      s = &everything;
-      uniform = true;
-    }
-    mla_attend(q_abs.data() + t * NH * Rkv, st.latent.data(), s->data(), static_cast<int64_t>(s->size()), dims, scale,
-               uniform, ctx.data());
+    // An empty selection (only possible without the tail pool) attends to nothing: the heads
+    // output zero. transformers produces NaN there (a fully masked softmax), spec §10 item 13.
+    mla_attend(q_abs.data() + t * NH * Rkv, st.latent.data(), sel[t].data(), static_cast<int64_t>(sel[t].size()), dims,
+               scale, ctx.data());
     mla_expand_values(w.kv_b.w.data(), ctx.data(), dims, heads.data());
     apply(w.o, heads.data(), O + t * D);
   }

@@ -15,22 +15,18 @@ void mla_absorb_query(const float* kv_b, const float* q, const MlaDims& d, float
 }
 
 void mla_attend(const float* q_abs, const float* latent, const int32_t* sel, int64_t n_sel, const MlaDims& d,
-                float scale, bool uniform, float* ctx) {
+                float scale, float* ctx) {
   std::vector<float> p(static_cast<size_t>(n_sel));
   for (int64_t h = 0; h < d.heads; ++h) {
     const float* qh = q_abs + h * d.latent;
     float* ch = ctx + h * d.latent;
     std::fill(ch, ch + d.latent, 0.0f);
     if (n_sel == 0) continue;
-    if (uniform) {
-      std::fill(p.begin(), p.end(), 1.0f / static_cast<float>(n_sel));
-    } else {
-      float mx = -INFINITY;
-      for (int64_t i = 0; i < n_sel; ++i) mx = std::max(mx, p[i] = dot(qh, latent + sel[i] * d.latent, d.latent) * scale);
-      float den = 0.0f;
-      for (int64_t i = 0; i < n_sel; ++i) den += (p[i] = std::exp(p[i] - mx));
-      for (int64_t i = 0; i < n_sel; ++i) p[i] /= den;
-    }
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n_sel; ++i) mx = std::max(mx, p[i] = dot(qh, latent + sel[i] * d.latent, d.latent) * scale);
+    float den = 0.0f;
+    for (int64_t i = 0; i < n_sel; ++i) den += (p[i] = std::exp(p[i] - mx));
+    for (int64_t i = 0; i < n_sel; ++i) p[i] /= den;
     for (int64_t i = 0; i < n_sel; ++i) {
       const float* c = latent + sel[i] * d.latent;
       for (int64_t r = 0; r < d.latent; ++r) ch[r] += p[i] * c[r];

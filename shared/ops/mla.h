@@ -17,9 +17,9 @@ struct MlaDims {
 void mla_absorb_query(const float* kv_b, const float* q, const MlaDims& d, float* q_abs);
 
 // ctx[h] = Σ_s softmax_s(q_abs[h]·c_s·scale)·c_s over the selected positions `sel` of the latent
-// cache [T, Rkv]. With `uniform` the weights are 1/|sel| whatever the scores.
+// cache [T, Rkv]; zero when nothing is selected.
 void mla_attend(const float* q_abs, const float* latent, const int32_t* sel, int64_t n_sel, const MlaDims& d,
-                float scale, bool uniform, float* ctx);
+                float scale, float* ctx);
 
 // out[h] = W_vb,h·ctx[h] → out [NH·dv] (head-major, the o_proj input).
 void mla_expand_values(const float* kv_b, const float* ctx, const MlaDims& d, float* out);

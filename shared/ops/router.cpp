@@ -1,6 +1,7 @@
 #include "shared/ops/router.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "shared/ops/activations.h"
@@ -10,7 +11,7 @@
 namespace ft {
 
 std::vector<int32_t> select_experts(const float* s, const float* bias, int64_t E, int64_t top_k, int64_t n_group,
-                                    int64_t topk_group) {
+                                    int64_t topk_group, float* margin) {
   std::vector<float> c(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) c[e] = s[e] + bias[e];
   if (n_group > 1) {
@@ -26,7 +27,9 @@ std::vector<int32_t> select_experts(const float* s, const float* bias, int64_t E
     for (int64_t e = 0; e < E; ++e)
       if (!kept[e / per]) c[e] = -std::numeric_limits<float>::infinity();
   }
-  auto idx = topk_indices(c.data(), E, top_k);
+  auto idx = topk_indices(c.data(), E, std::min(top_k + 1, E));
+  if (margin) *margin = static_cast<int64_t>(idx.size()) > top_k ? c[idx[top_k - 1]] - c[idx[top_k]] : INFINITY;
+  idx.resize(std::min<size_t>(idx.size(), static_cast<size_t>(top_k)));
   std::sort(idx.begin(), idx.end());
   return idx;
 }
@@ -36,7 +39,7 @@ Routing route(const RouterParams& p, const float* a) {
   matvec(p.weight, nullptr, p.n_experts, p.dim, a, s.data());
   for (float& v : s) v = sigmoid(v);
   Routing r;
-  r.experts = select_experts(s.data(), p.correction_bias, p.n_experts, p.top_k, p.n_group, p.topk_group);
+  r.experts = select_experts(s.data(), p.correction_bias, p.n_experts, p.top_k, p.n_group, p.topk_group, &r.margin);
   float sum = 0.0f;
   for (int32_t e : r.experts) {
     r.weights.push_back(s[e]);

@@ -17,12 +17,16 @@ struct RouterParams {
 struct Routing {
   std::vector<int32_t> experts;  // ascending expert id (the order experts are accumulated in)
   std::vector<float> weights;    // aligned with experts
+  // Biased score of the last chosen expert minus that of the best rejected one: how close the
+  // choice was to flipping (diagnostics; +inf when every expert was chosen).
+  float margin = 0.0f;
 };
 
 Routing route(const RouterParams& p, const float* a);
 
 // The selection step alone, from sigmoid scores s [E]: biased choice with group limit.
+// `margin` (optional) receives the choice's margin as in Routing::margin.
 std::vector<int32_t> select_experts(const float* s, const float* correction_bias, int64_t n_experts, int64_t top_k,
-                                    int64_t n_group, int64_t topk_group);
+                                    int64_t n_group, int64_t topk_group, float* margin = nullptr);
 
 }  // namespace ft

@@ -50,7 +50,9 @@ INSTANTIATE_TEST_SUITE_P(All, ModelFixtures,
                                            "glm5-variants/glm5-var-hc2-wide", "glm5-variants/glm5-var-group-softplus",
                                            "glm5-variants/glm5-var-shared-indexer",
                                            "glm5-variants/glm5-var-fp32-kpool1",
-                                           "glm5-variants/glm5-var-allsparse-kpool16"),
+                                           "glm5-variants/glm5-var-allsparse-kpool16",
+                                           "glm5-variants/glm5-var-12layer", "glm5-variants/glm5-var-tied",
+                                           "glm5-variants/glm5-var-notail"),
                          [](const auto& info) {
                            std::string n = fs::path(info.param).filename().string();
                            for (char& ch : n)
@@ -63,6 +65,14 @@ TEST(FixtureCheck, InternalsCoverEveryLayerOfCase0) {
   ASSERT_EQ(r.internal_lines.size(), 8u);
   EXPECT_THAT(r.internal_lines[3], ::testing::HasSubstr("dsa_sets_differ=0"));
   EXPECT_THAT(r.internal_lines[4], ::testing::HasSubstr("router_sets_differ=0"));
+}
+
+TEST(FixtureCheck, ReferenceRowsWithNaNAreLeftOutAndCounted) {
+  // Without the tail pool, transformers' fully masked rows are NaN (the first κ−1 prompt tokens).
+  const FixtureCheckResult r = check("glm5-variants/glm5-var-notail");
+  ASSERT_EQ(r.cases.size(), 3u);
+  for (const CaseResult& c : r.cases) EXPECT_EQ(c.ref_nonfinite_rows, 3);
+  EXPECT_TRUE(r.passed);
 }
 
 TEST(FixtureCheck, FailsOnAPerturbedModel) {

@@ -29,6 +29,7 @@ TEST(Router, BiasChoosesButDoesNotWeigh) {
   ASSERT_EQ(r.experts, (std::vector<int32_t>{1, 3}));  // expert 2 has the best score but a −1 bias
   EXPECT_NEAR(r.weights[0], 2.5 * sigmoid(1.0f), 1e-6);
   EXPECT_NEAR(r.weights[1], 2.5 * sigmoid(-1.0f), 1e-6);
+  EXPECT_NEAR(r.margin, sigmoid(1.0f) - 0.5f, 1e-6);  // last chosen (expert 1) vs best rejected (expert 0)
   const RouterParams raw{W, bias, 4, 4, 2, 1, 1, false, 1.0f};
   EXPECT_NEAR(route(raw, a).weights[0], sigmoid(1.0f), 1e-7);
 }

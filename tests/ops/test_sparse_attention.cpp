@@ -59,14 +59,15 @@ TEST(Mla, AbsorbAttendExpand) {
   const float qa[2] = {std::log(3.0f), 0};
   const int32_t sel[2] = {0, 1};
   float ctx[2];
-  mla_attend(qa, latent, sel, 2, d, 1.0f, false, ctx);
+  mla_attend(qa, latent, sel, 2, d, 1.0f, ctx);
   EXPECT_NEAR(ctx[0], 0.75, 1e-6);
   EXPECT_NEAR(ctx[1], 0.25, 1e-6);
-  mla_attend(qa, latent, sel, 2, d, 1.0f, true, ctx);
-  EXPECT_EQ(ctx[0], 0.5f);
   const int32_t only1[1] = {1};
-  mla_attend(qa, latent, only1, 1, d, 1.0f, false, ctx);
+  mla_attend(qa, latent, only1, 1, d, 1.0f, ctx);
   EXPECT_EQ(ctx[1], 1.0f);
+  mla_attend(qa, latent, only1, 0, d, 1.0f, ctx);  // nothing selected: attend to nothing
+  EXPECT_EQ(ctx[0], 0.0f);
+  EXPECT_EQ(ctx[1], 0.0f);
   const float c1[2] = {1, 1};
   float out[1];
   mla_expand_values(kv_b, c1, d, out);
@@ -83,7 +84,7 @@ TEST(Mla, AbsorbedEqualsExpandedKeysAndValues) {
   std::vector<float> qa(8), ctx(8), out(6);
   mla_absorb_query(kv_b.data(), q.data(), d, qa.data());
   const int32_t sel[3] = {0, 1, 2};
-  mla_attend(qa.data(), lat.data(), sel, 3, d, 0.5f, false, ctx.data());
+  mla_attend(qa.data(), lat.data(), sel, 3, d, 0.5f, ctx.data());
   mla_expand_values(kv_b.data(), ctx.data(), d, out.data());
   for (int h = 0; h < 2; ++h) {
     double sc[3], mx = -1e30, den = 0;

@@ -22,6 +22,7 @@ struct CaseResult {
   double prefill_rel_l2 = 0, decode_rel_l2 = 0, max_abs = 0;
   int64_t top1_agree = 0, top1_total = 0;
   int64_t greedy_agree = 0, greedy_total = 0;
+  int64_t ref_nonfinite_rows = 0;  // reference rows with NaN/inf, left out of every figure
   double prefill_tok_s = 0, decode_tok_s = 0;
 };
 
