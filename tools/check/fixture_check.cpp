@@ -202,37 +202,31 @@ FixtureCheckResult run_fixture_check(const FixtureCheckOptions& opts, std::ostre
     const auto logits = eng.prefill(st, ids, true, record ? &rec : nullptr);
     const double pre_s = std::chrono::duration<double>(clock::now() - t0).count();
     cr.prefill_tok_s = static_cast<double>(ids.size()) / std::max(pre_s, 1e-9);
-    for (int64_t t = 0; t < cr.prompt_len; ++t) {
-      const RowCompare rc = compare_row(logits.data() + t * V, pl.data() + t * V, V);
+    // Folds one logits row into the case's figures; `next` is the stored greedy token this row
+    // predicts (−1 when it predicts none).
+    auto account = [&](const float* ours, const float* ref_row, double& rel_l2, int64_t next) {
+      const RowCompare rc = compare_row(ours, ref_row, V);
       if (!rc.ref_finite) {
         ++cr.ref_nonfinite_rows;
-        continue;
+        return;
       }
-      cr.prefill_rel_l2 = std::max(cr.prefill_rel_l2, rc.rel_l2);
+      rel_l2 = std::max(rel_l2, rc.rel_l2);
       cr.max_abs = std::max(cr.max_abs, rc.max_abs);
       cr.top1_agree += rc.same_argmax;
       ++cr.top1_total;
-      if (t == cr.prompt_len - 1 && !gen.empty()) {
-        cr.greedy_agree += rc.argmax == gen[0];
+      if (next >= 0) {
+        cr.greedy_agree += rc.argmax == next;
         ++cr.greedy_total;
       }
-    }
+    };
+    for (int64_t t = 0; t < cr.prompt_len; ++t)
+      account(logits.data() + t * V, pl.data() + t * V, cr.prefill_rel_l2,
+              t == cr.prompt_len - 1 && !gen.empty() ? gen[0] : -1);
     t0 = clock::now();
     for (size_t i = 0; i < gen.size(); ++i) {
       const auto step = eng.decode(st, static_cast<int32_t>(gen[i]));
-      const RowCompare rc = compare_row(step.data(), dl.data() + i * V, V);
-      if (!rc.ref_finite) {
-        ++cr.ref_nonfinite_rows;
-        continue;
-      }
-      cr.decode_rel_l2 = std::max(cr.decode_rel_l2, rc.rel_l2);
-      cr.max_abs = std::max(cr.max_abs, rc.max_abs);
-      cr.top1_agree += rc.same_argmax;
-      ++cr.top1_total;
-      if (i + 1 < gen.size()) {  // the last row predicts a token that is not stored
-        cr.greedy_agree += rc.argmax == gen[i + 1];
-        ++cr.greedy_total;
-      }
+      // The last row predicts a token that is not stored.
+      account(step.data(), dl.data() + i * V, cr.decode_rel_l2, i + 1 < gen.size() ? gen[i + 1] : -1);
     }
     const double dec_s = std::chrono::duration<double>(clock::now() - t0).count();
     cr.decode_tok_s = gen.empty() ? 0.0 : static_cast<double>(gen.size()) / std::max(dec_s, 1e-9);
