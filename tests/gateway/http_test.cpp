@@ -492,7 +492,12 @@ TEST_F(GatewayHttp, DisconnectCancelsWithin100msAndFreesSlot) {
   // The slot is free again: no stream left on the worker, gauges back to zero.
   for (int i = 0; i < 100 && worker_->active() > 0; ++i) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(worker_->active(), 0);
-  std::string m = get("/metrics").body;
+  std::string m;
+  for (int i = 0; i < 100; ++i) {  // the gateway's gauges follow on its own thread
+    m = get("/metrics").body;
+    if (metric(m, "flashtier_gateway_running") == 0 && metric(m, "flashtier_gateway_queue_depth") == 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
   EXPECT_EQ(metric(m, "flashtier_gateway_running"), 0);
   EXPECT_EQ(metric(m, "flashtier_gateway_queue_depth"), 0);
   EXPECT_GE(metric(m, "flashtier_gateway_client_disconnects_total"), 2);
