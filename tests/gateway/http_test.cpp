@@ -673,6 +673,24 @@ TEST(GatewayProcesses, LeastOutstandingBalancing) {
   EXPECT_EQ(b.active(), 1);
 }
 
+TEST(GatewayProcesses, UnavailableWorkerIsRetriedOnAnother) {
+  FakeWorker a("a"), b("b");
+  FakeScript down;
+  down.grpc_error = 14;  // UNAVAILABLE before any token
+  a.set_script(down);
+  b.set_script(script_of(cat(ids_of("retried"), {kEos}), 0ms));
+  GatewayProcess gw(gateway_args({a.address(), b.address()}));
+  ASSERT_TRUE(gw.wait_healthy());
+  std::this_thread::sleep_for(300ms);  // both polled and ready
+  for (int i = 0; i < 4; ++i) {
+    HttpResult r = http_request(gw.port(), "POST", "/v1/completions", json({{"prompt", "x"}}).dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(parse(r.body)["choices"][0]["text"], "retried");
+  }
+  EXPECT_GE(a.generate_calls(), 1) << "the failing worker was never tried";
+  EXPECT_EQ(b.generate_calls(), 4);
+}
+
 TEST(GatewayProcesses, ApiKey) {
   FakeWorker w;
   w.set_script(script_of({65, kEos}, 0ms));
