@@ -7,7 +7,7 @@
 namespace ft::test {
 namespace {
 
-TEST(OpenAiNodeClient, ChatStreamingChatAndCompletion) {
+TEST(GatewayOpenAiNodeClient, ChatStreamingChatAndCompletion) {
   FakeWorker w;
   const int32_t think = tiny_tokenizer().token_to_id("<think>").value();
   const auto chat = cat(ids_of("Thinking hard.</think>Hello from flashtier."), {kUserEos});

@@ -26,7 +26,7 @@ std::string feed(StopMatcher& m, const std::vector<std::string>& pieces, std::ve
   return out + m.flush();
 }
 
-TEST(StopMatcher, HoldsBackPartialMatchesAcrossPieces) {
+TEST(GatewayStopMatcher, HoldsBackPartialMatchesAcrossPieces) {
   StopMatcher m({"</end>"});
   std::vector<std::string> emitted;
   EXPECT_EQ(feed(m, {"abc</", "en", "d>tail"}, &emitted), "abc");
@@ -36,7 +36,7 @@ TEST(StopMatcher, HoldsBackPartialMatchesAcrossPieces) {
   EXPECT_EQ(m.push("more").text, "");  // nothing after a stop
 }
 
-TEST(StopMatcher, ReleasesAFalseStart) {
+TEST(GatewayStopMatcher, ReleasesAFalseStart) {
   StopMatcher m({"STOP"});
   std::vector<std::string> emitted;
   EXPECT_EQ(feed(m, {"a ST", "ART b"}, &emitted), "a START b");
@@ -44,7 +44,7 @@ TEST(StopMatcher, ReleasesAFalseStart) {
   EXPECT_FALSE(m.stopped());
 }
 
-TEST(StopMatcher, EarliestMatchWinsThenLongest) {
+TEST(GatewayStopMatcher, EarliestMatchWinsThenLongest) {
   StopMatcher m({"cd", "bc", "bcd"});
   auto r = m.push("abcdef");
   EXPECT_TRUE(r.stopped);
@@ -54,7 +54,7 @@ TEST(StopMatcher, EarliestMatchWinsThenLongest) {
   EXPECT_EQ(keep.push("abcd").text, "abc");
 }
 
-TEST(StopMatcher, FlushReleasesHeldTextAtTheEnd) {
+TEST(GatewayStopMatcher, FlushReleasesHeldTextAtTheEnd) {
   StopMatcher m({"xyz"});
   EXPECT_EQ(m.push("abx").text, "ab");
   EXPECT_EQ(m.flush(), "x");
@@ -76,7 +76,7 @@ flashtier::v1::GenerateResponse msg(const std::vector<int32_t>& ids, bool finish
   return m;
 }
 
-TEST(ChoiceOutput, StopTokenIsCountedButNeverShown) {
+TEST(GatewayChoiceOutput, StopTokenIsCountedButNeverShown) {
   ChoiceOutput::Options o;
   o.stop_ids = {3000, 3007};
   ChoiceOutput co(tok(), o);
@@ -92,7 +92,7 @@ TEST(ChoiceOutput, StopTokenIsCountedButNeverShown) {
   EXPECT_TRUE(co.finished());
 }
 
-TEST(ChoiceOutput, HeldStopIdThatDidNotStopIsText) {
+TEST(GatewayChoiceOutput, HeldStopIdThatDidNotStopIsText) {
   ChoiceOutput::Options o;
   o.stop_ids = {3000};
   o.skip_special_tokens = false;
@@ -103,7 +103,7 @@ TEST(ChoiceOutput, HeldStopIdThatDidNotStopIsText) {
   EXPECT_EQ(text, "<|endoftext|>!");
 }
 
-TEST(ChoiceOutput, SkipsSpecialTokensButKeepsParserTags) {
+TEST(GatewayChoiceOutput, SkipsSpecialTokensButKeepsParserTags) {
   ChoiceOutput::Options o;
   o.keep_special = {3014};
   ChoiceOutput co(tok(), o);
@@ -112,7 +112,7 @@ TEST(ChoiceOutput, SkipsSpecialTokensButKeepsParserTags) {
   EXPECT_EQ(text, "<|begin_of_audio|><think>");  // <|system|> skipped, kept id and non-special tag shown
 }
 
-TEST(ChoiceOutput, StopStringEndsTheChoice) {
+TEST(GatewayChoiceOutput, StopStringEndsTheChoice) {
   ChoiceOutput::Options o;
   o.stop = {"world"};
   ChoiceOutput co(tok(), o);
@@ -126,7 +126,7 @@ TEST(ChoiceOutput, StopStringEndsTheChoice) {
   EXPECT_LT(co.consumed_tokens(), ids.size());
 }
 
-TEST(ChoiceOutput, MultiByteCharactersSplitOverTokensStayWhole) {
+TEST(GatewayChoiceOutput, MultiByteCharactersSplitOverTokensStayWhole) {
   ChoiceOutput co(tok(), {});
   auto ids = tok().encode("Γειά σου 世界 🙂");
   std::string text;
@@ -143,7 +143,7 @@ TEST(ChoiceOutput, MultiByteCharactersSplitOverTokensStayWhole) {
   EXPECT_EQ(text, "Γειά σου 世界 🙂");
 }
 
-TEST(Metrics, PrometheusExposition) {
+TEST(GatewayMetrics, PrometheusExposition) {
   Metrics m;
   m.count_request("/v1/completions", 200);
   m.count_request("/v1/completions", 200);
@@ -169,7 +169,7 @@ GatewayOptions parse(std::vector<const char*> args) {
   return parse_options(int(args.size()), args.data());
 }
 
-TEST(Options, Flags) {
+TEST(GatewayOptions, Flags) {
   auto o = parse({"--model-dir", "m", "--worker", "a:1", "--worker=b:2", "--port", "9000", "--api-key", "k",
                   "--served-model-name", "glm", "--max-body-bytes", "2048", "--max-queue", "3", "--host", "127.0.0.1"});
   EXPECT_EQ(o.workers, (std::vector<std::string>{"a:1", "b:2"}));
@@ -198,7 +198,7 @@ TEST(Options, Flags) {
 
 SchemaLimits limits() { return {16, 3029, "model"}; }
 
-TEST(Schema, ChatRequestToTemplateRequest) {
+TEST(GatewaySchema, ChatRequestToTemplateRequest) {
   json body = {{"messages", {{{"role", "developer"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "hi"}}}},
                {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}},
                {"tool_choice", "none"},
@@ -220,7 +220,7 @@ TEST(Schema, ChatRequestToTemplateRequest) {
   EXPECT_TRUE(json::parse(s.template_request).contains("tools"));
 }
 
-TEST(Schema, ErrorsNameTheField) {
+TEST(GatewaySchema, ErrorsNameTheField) {
   try {
     parse_completion_request(R"({"prompt":"x","stop":["a",7]})", limits());
     FAIL();
