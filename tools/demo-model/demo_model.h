@@ -16,6 +16,10 @@ struct DemoOptions {
   int64_t merges = 1500;
   uint64_t seed = 1234;
   bool fp32 = false;  // bf16 weights unless asked
+  // Exact vocabulary size (BPE tokens + GLM specials), e.g. to give a tokenizer to a model that
+  // has none; 0: whatever `merges` yields.
+  int64_t vocab = 0;
+  bool tokenizer_only = false;
 };
 
 // Trains byte-level BPE merges on a built-in corpus; writes tokenizer.json and

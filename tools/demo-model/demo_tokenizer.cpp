@@ -94,14 +94,18 @@ int64_t write_demo_tokenizer(const DemoOptions& o) {
   int64_t next = 0;
   for (int b = 0; b < 256; ++b) vocab[sym[b]] = next++;
   nlohmann::json merges = nlohmann::json::array();
-  for (int64_t m = 0; m < o.merges; ++m) {
+  const int64_t n_special = static_cast<int64_t>(glm_special_tokens().size());
+  if (o.vocab > 0 && o.vocab < 256 + n_special)
+    throw Error("--vocab must be at least " + std::to_string(256 + n_special) + " (bytes + GLM special tokens)");
+  const int64_t min_count = o.vocab > 0 ? 1 : 2;  // an exact size may need merges seen once
+  for (int64_t m = 0; o.vocab > 0 ? next < o.vocab - n_special : m < o.merges; ++m) {
     std::map<std::pair<std::string, std::string>, int64_t> pairs;
     for (const auto& [w, n] : words)
       for (size_t i = 0; i + 1 < w.size(); ++i) pairs[{w[i], w[i + 1]}] += n;
     auto best = pairs.end();
     for (auto it = pairs.begin(); it != pairs.end(); ++it)
       if (best == pairs.end() || it->second > best->second) best = it;  // map order breaks ties
-    if (best == pairs.end() || best->second < 2) break;
+    if (best == pairs.end() || best->second < min_count) break;
     const auto [a, b] = best->first;
     merges.push_back({a, b});
     if (!vocab.contains(a + b)) vocab[a + b] = next++;
@@ -130,6 +134,9 @@ int64_t write_demo_tokenizer(const DemoOptions& o) {
                      {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", special}});
   }
   const int64_t total = next + static_cast<int64_t>(specials.size());
+  if (o.vocab > 0 && total != o.vocab)
+    throw Error("the built-in corpus yields at most " + std::to_string(total) + " tokens; --vocab " +
+                std::to_string(o.vocab) + " is too large");
   nlohmann::ordered_json tok = {
       {"version", "1.0"},
       {"truncation", nullptr},

@@ -21,9 +21,12 @@ int main(int argc, char** argv) {
       else if (a == "--merges" && has) o.merges = num(i);
       else if (a == "--seed" && has) o.seed = static_cast<uint64_t>(num(i));
       else if (a == "--fp32") o.fp32 = true;
+      else if (a == "--vocab" && has) o.vocab = num(i);
+      else if (a == "--tokenizer-only") o.tokenizer_only = true;
       else {
         std::cerr << "usage: flashtier-demo-model --out DIR [--hidden N] [--layers N] [--experts N] [--top-k N]"
-                     " [--merges N] [--seed S] [--fp32]\n";
+                     " [--merges N] [--seed S] [--fp32]\n"
+                     "       flashtier-demo-model --out DIR --tokenizer-only --vocab N   (tokenizer files only)\n";
         return 2;
       }
     }
@@ -31,6 +34,10 @@ int main(int argc, char** argv) {
     if (o.hidden % 64 != 0 || o.hidden < 64) throw ft::Error("--hidden must be a positive multiple of 64");
     std::filesystem::create_directories(o.out_dir);
     const int64_t vocab = ft::demo::write_demo_tokenizer(o);
+    if (o.tokenizer_only) {
+      std::cout << "tokenizer (vocab " << vocab << ") written to " << o.out_dir << "\n";
+      return 0;
+    }
     const int64_t first_special = vocab - static_cast<int64_t>(ft::demo::glm_special_tokens().size());
     // <|endoftext|>, <|user|>, <|observation|> end a turn, as in GLM's generation_config.json.
     ft::demo::write_demo_weights(o, vocab, {first_special, first_special + 7, first_special + 9});
