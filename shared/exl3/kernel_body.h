@@ -146,12 +146,13 @@ struct PanelSweep {
 // Steps decoded per panel: 8 × 32 vectors (16 KiB of zmm, 8 KiB of ymm) stay in L1.
 constexpr int kPanelSteps = 8;
 
-template <class V, int K, Codebook CB, int NRMAX>
-void panel_matmul(const uint32_t* base, int64_t A, const float* xh, int64_t xs, int n, float* z, int64_t zs) {
+// Dec::run(step, panel) decodes one (pair, a) step into 32 vectors in natural step order.
+template <class V, class Dec, int K, int NRMAX>
+void panel_matmul_with(const uint32_t* base, int64_t A, const float* xh, int64_t xs, int n, float* z, int64_t zs) {
   alignas(64) typename V::F panel[kPanelSteps * 32];
   for (int64_t a0 = 0; a0 < A; a0 += kPanelSteps) {
     const int count = static_cast<int>(A - a0 < kPanelSteps ? A - a0 : kPanelSteps);
-    for (int i = 0; i < count; ++i) PanelDecoder<V, K, CB>::run(base + (a0 + i) * 16 * K, panel + 32 * i);
+    for (int i = 0; i < count; ++i) Dec::run(base + (a0 + i) * 16 * K, panel + 32 * i);
     for (int r = 0; r < n;) {
       const int left = n - r;
       const float* x = xh + r * xs;
@@ -163,5 +164,156 @@ void panel_matmul(const uint32_t* base, int64_t A, const float* xh, int64_t xs, 
     }
   }
 }
+
+template <class V, int K, Codebook CB, int NRMAX>
+void panel_matmul(const uint32_t* base, int64_t A, const float* xh, int64_t xs, int n, float* z, int64_t zs) {
+  panel_matmul_with<V, PanelDecoder<V, K, CB>, K, NRMAX>(base, A, xh, xs, n, z, zs);
+}
+
+// ---- Paired steps (word-lane decoders) ----
+//
+// A decoder working on 16-bit lanes handles two steps per vector: steps 2k and 2k+1 take the low
+// and the high word of each dword. Both of their 16-bit windows must then lie in one 32-bit
+// source word per lane: the lane's bit stream from bit b on, b ∈ [s(2k+1) − 16, s(2k)] (an
+// interval, since the two windows are K bits apart). A source at a multiple of 32 is a loaded
+// word; any other is one funnel shift of two words (the word before word 0 is the previous
+// lane's last one, as in Window). The picks below reuse sources where they can.
+template <int K>
+constexpr int pair_window(int u) {
+  return (u + 1) * K - 16;
+}
+template <int K>
+constexpr bool pair_fits(int c, int k) {
+  return c >= pair_window<K>(2 * k + 1) - 16 && c <= pair_window<K>(2 * k) && c >= -32 && c <= 32 * (K - 1);
+}
+struct PairPicks {
+  int b[16];
+};
+template <int K>
+constexpr PairPicks make_pair_picks() {
+  PairPicks p{};
+  for (int k = 0; k < 16; ++k) {
+    int pick = -1000;
+    for (int c = 0; c <= 32 * (K - 1) && pick == -1000; c += 32)
+      if (pair_fits<K>(c, k)) pick = c;
+    for (int j = 0; j < k && pick == -1000; ++j)
+      if (pair_fits<K>(p.b[j], k)) pick = p.b[j];
+    for (int step : {16, 8, 1})
+      for (int c = -32; c <= 32 * (K - 1) && pick == -1000; c += step)
+        if (pair_fits<K>(c, k)) pick = c;
+    p.b[k] = pick;
+  }
+  return p;
+}
+template <int K>
+inline constexpr PairPicks kPairPicks = make_pair_picks<K>();
+
+template <int K>
+struct PairPlan {
+  static constexpr int source(int k) { return kPairPicks<K>.b[k]; }
+  // Right shift of step u's window inside its pair's source word.
+  static constexpr int shift(int u) { return 16 - (pair_window<K>(u) - source(u / 2)); }
+};
+
+template <int K>
+constexpr bool pair_plan_ok() {
+  for (int u = 0; u < 32; ++u)
+    if (PairPlan<K>::shift(u) < 0 || PairPlan<K>::shift(u) > 16) return false;
+  return true;
+}
+static_assert(pair_plan_ok<1>() && pair_plan_ok<2>() && pair_plan_ok<3>() && pair_plan_ok<4>() && pair_plan_ok<5>() &&
+              pair_plan_ok<6>() && pair_plan_ok<7>() && pair_plan_ok<8>());
+
+// The lane's 32-bit stream word starting at bit B (−32 ≤ B ≤ 32(K − 1)); P = previous lane's last word.
+template <class V, int B>
+[[gnu::always_inline]] inline typename V::I pair_source(const typename V::I* W, typename V::I P) {
+  if constexpr (B >= 0 && B % 32 == 0) {
+    return W[B / 32];
+  } else {
+    constexpr int j = B < 0 ? -1 : B / 32, r = B - 32 * j;
+    return V::template funnel<r>(j < 0 ? P : W[j], W[j + 1]);
+  }
+}
+
+template <class V, int K, int NR>
+struct PairFusedKernel {
+  using I = typename V::I;
+  using F = typename V::F;
+  using Plan = PairPlan<K>;
+
+  // As FusedKernel::run; every accumulator gets its steps in ascending order, the same FMA
+  // sequence as FusedKernel's, so the sums have the same bits (V's weights may carry a power-of-two
+  // scale that store() takes out).
+  template <class Store>
+  static void run(const uint32_t* base, int64_t A, const float* xh, int64_t xs, Store&& store) {
+    F acc[NR][2];
+    for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = V::zero();
+    for (int64_t a = 0; a < A; ++a) {
+      const uint32_t* step = base + a * 16 * K;
+      I W[K];
+      for (int w = 0; w < K; ++w) {
+        V::prefetch(step + 16 * K * V::kPrefetchSteps + 16 * w);
+        W[w] = V::load(step + 16 * w);
+      }
+      const I P = V::prev(W[K - 1]);
+      pairs(W, P, xh + a * 16, xs, acc, std::make_integer_sequence<int, 16>{});
+    }
+    for (int r = 0; r < NR; ++r) {
+      store(r, 0, acc[r][0]);
+      store(r, 1, acc[r][1]);
+    }
+  }
+
+  template <int... Pk>
+  [[gnu::always_inline]] static inline void pairs(const I* W, I P, const float* x, int64_t xs, F (&acc)[NR][2],
+                                                  std::integer_sequence<int, Pk...>) {
+    (pair<Pk>(W, P, x, xs, acc, std::make_integer_sequence<int, NR>{}), ...);
+  }
+
+  template <int Pk, int... R>
+  [[gnu::always_inline]] static inline void pair(const I* W, I P, const float* x, int64_t xs, F (&acc)[NR][2],
+                                                 std::integer_sequence<int, R...>) {
+    constexpr int u0 = 2 * Pk, u1 = 2 * Pk + 1;
+    const I st = V::template window2<Plan::shift(u0), Plan::shift(u1)>(pair_source<V, Plan::source(Pk)>(W, P));
+    F w0, w1;
+    V::decode_pair(st, w0, w1);
+    constexpr int row0 = step_row(u0), row1 = step_row(u1), half = step_half(u0);
+    static_assert(step_half(u1) == half);
+    ((acc[R][half] = V::fmadd(w0, V::bcast(x[R * xs + row0]), acc[R][half])), ...);
+    ((acc[R][half] = V::fmadd(w1, V::bcast(x[R * xs + row1]), acc[R][half])), ...);
+  }
+};
+
+template <class V, int K>
+struct PairPanelDecoder {
+  using I = typename V::I;
+  using F = typename V::F;
+  using Plan = PairPlan<K>;
+
+  static void run(const uint32_t* step, F* panel) {
+    I W[K];
+    for (int w = 0; w < K; ++w) {
+      V::prefetch(step + 16 * K * V::kPrefetchSteps + 16 * w);
+      W[w] = V::load(step + 16 * w);
+    }
+    const I P = V::prev(W[K - 1]);
+    decode_all(W, P, panel, std::make_integer_sequence<int, 16>{});
+  }
+
+  template <int... Pk>
+  [[gnu::always_inline]] static inline void decode_all(const I* W, I P, F* panel, std::integer_sequence<int, Pk...>) {
+    (decode<Pk>(W, P, panel), ...);
+  }
+
+  template <int Pk>
+  [[gnu::always_inline]] static inline void decode(const I* W, I P, F* panel) {
+    const I st = V::template window2<Plan::shift(2 * Pk), Plan::shift(2 * Pk + 1)>(
+        pair_source<V, Plan::source(Pk)>(W, P));
+    F w0, w1;
+    V::decode_pair(st, w0, w1);
+    V::storef(panel + 2 * Pk, w0);
+    V::storef(panel + 2 * Pk + 1, w1);
+  }
+};
 
 }  // namespace ft::exl3::detail

@@ -12,6 +12,7 @@ const char* simd_name(SimdPath p) {
     case SimdPath::Scalar: return "scalar";
     case SimdPath::Avx2: return "avx2";
     case SimdPath::Avx512: return "avx512";
+    case SimdPath::Avx512Fp16: return "avx512fp16";
   }
   return "?";
 }
@@ -26,18 +27,20 @@ bool simd_supported(SimdPath p) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
              __builtin_cpu_supports("avx512vbmi2");
+    case SimdPath::Avx512Fp16: return simd_supported(SimdPath::Avx512) && __builtin_cpu_supports("avx512fp16");
   }
   return false;
 }
 
 SimdPath best_simd_path() {
   static const SimdPath best = [] {
-    SimdPath cap = SimdPath::Avx512;
+    SimdPath cap = SimdPath::Avx512Fp16;
     if (const char* e = std::getenv("FLASHTIER_SIMD")) {
       if (!std::strcmp(e, "scalar")) cap = SimdPath::Scalar;
       else if (!std::strcmp(e, "avx2")) cap = SimdPath::Avx2;
+      else if (!std::strcmp(e, "avx512")) cap = SimdPath::Avx512;
     }
-    for (SimdPath p : {SimdPath::Avx512, SimdPath::Avx2})
+    for (SimdPath p : {SimdPath::Avx512Fp16, SimdPath::Avx512, SimdPath::Avx2})
       if (static_cast<int>(p) <= static_cast<int>(cap) && simd_supported(p)) return p;
     return SimdPath::Scalar;
   }();
@@ -55,6 +58,7 @@ void matmul_pairs(SimdPath path, const PackedProj& w, int64_t p0, int64_t npairs
     case SimdPath::Scalar: return detail::matmul_pairs_scalar(w, p0, npairs, xh, xs, n, z, zs);
     case SimdPath::Avx2: return detail::matmul_pairs_avx2(w, p0, npairs, xh, xs, n, z, zs);
     case SimdPath::Avx512: return detail::matmul_pairs_avx512(w, p0, npairs, xh, xs, n, z, zs);
+    case SimdPath::Avx512Fp16: return detail::matmul_pairs_avx512fp16(w, p0, npairs, xh, xs, n, z, zs);
   }
 }
 
@@ -66,6 +70,7 @@ void codebook_values(SimdPath path, Codebook cb, const uint32_t* states, int64_t
       return;
     case SimdPath::Avx2: return detail::codebook_values_avx2(cb, states, n, out);
     case SimdPath::Avx512: return detail::codebook_values_avx512(cb, states, n, out);
+    case SimdPath::Avx512Fp16: return detail::codebook_values_avx512fp16(cb, states, n, out);
   }
 }
 

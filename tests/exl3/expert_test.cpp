@@ -146,7 +146,7 @@ TEST_P(ExpertPath, BatchOfExpertsMatchesReference) {
 }
 
 // A row's result does not depend on what else is in the batch (row blocks of 8/4/2/1 sum in the
-// same order), nor on the SIMD path (both paths feed each column the same FMA sequence).
+// same order), nor on the SIMD path (all paths feed each column the same FMA sequence).
 TEST_P(ExpertPath, BatchInvariantBits) {
   const Tiny& T = tiny();
   ThreadPool pool(3, false);
@@ -161,14 +161,14 @@ TEST_P(ExpertPath, BatchInvariantBits) {
     expert_forward(b.get(), x.data() + r * T.D, 1, one.data(), pool, 10.0f, GetParam());
     ASSERT_EQ(0, std::memcmp(one.data(), all.data() + r * T.D, T.D * sizeof(float))) << "row " << r;
   }
-  if (GetParam() == SimdPath::Avx512 && simd_supported(SimdPath::Avx2)) {
+  if ((GetParam() == SimdPath::Avx512 || GetParam() == SimdPath::Avx512Fp16) && simd_supported(SimdPath::Avx2)) {
     std::vector<float> avx2(n * T.D);
     expert_forward(b.get(), x.data(), n, avx2.data(), pool, 10.0f, SimdPath::Avx2);
     EXPECT_EQ(0, std::memcmp(avx2.data(), all.data(), all.size() * sizeof(float)));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, ExpertPath, ::testing::Values(SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512),
+INSTANTIATE_TEST_SUITE_P(Paths, ExpertPath, ::testing::Values(SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512, SimdPath::Avx512Fp16),
                          [](const auto& info) { return std::string(simd_name(info.param)); });
 
 }  // namespace

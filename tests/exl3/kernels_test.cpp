@@ -94,7 +94,7 @@ TEST_P(KernelPath, MatmulMatchesReference) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, KernelPath, ::testing::Values(SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512),
+INSTANTIATE_TEST_SUITE_P(Paths, KernelPath, ::testing::Values(SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512, SimdPath::Avx512Fp16),
                          [](const auto& info) { return std::string(simd_name(info.param)); });
 
 }  // namespace

@@ -331,7 +331,7 @@ TEST(Exl3Synthetic, PaddedWidths) {
   std::normal_distribution<float> nd;
   std::vector<float> x(3 * 200), y(3 * 200), want(3 * 200);
   for (float& v : x) v = nd(rng);
-  for (SimdPath p : {SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512}) {
+  for (SimdPath p : {SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512, SimdPath::Avx512Fp16}) {
     if (!simd_supported(p)) continue;
     expert_forward(blk, x.data(), 3, y.data(), pool, 10.0f, p);
     const Exl3Linear u = load_exl3_linear(st, expert_proj_name(st, 0, 1, kUp));

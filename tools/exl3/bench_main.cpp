@@ -20,6 +20,7 @@
 #include "shared/core/half.h"
 #include "shared/exl3/expert_block.h"
 #include "shared/exl3/expert_forward.h"
+#include "shared/exl3/packed.h"
 #include "tools/exl3/bench_memory.h"
 
 namespace {
@@ -34,6 +35,8 @@ struct Options {
   double pool_gb = 4.0, mem_gb = 4.0, seconds = 2.0;
   int experts_per_call = 8;
   int64_t hidden = 4096, inter = 2048;
+  bool kernel = false;  // --kernel: matmul_pairs alone on one core, weights in L2
+  int windows = 5;
 };
 
 std::vector<int> int_list(const std::string& s) {
@@ -98,9 +101,62 @@ struct ExpertPool {
   const uint8_t* block(int e) const { return mem + block_bytes * (e % count); }
 };
 
+// --kernel: the decode + matmul rate of one core, without memory traffic: matmul_pairs over one
+// MUL1 projection of 2048 x 1024 (at most 1 MiB of trellis, L2-resident) on the calling thread.
+int kernel_bench(const Options& o) {
+  const int64_t in = 2048, out = 1024;
+  std::cout << "# exl3-bench --kernel: " << cpu_name() << ", one thread, MUL1 " << in << " x " << out
+            << ", best of " << o.windows << " windows\n";
+  std::cout << "| path | K | batch | Gweights/s | G row-weights/s | ns per 16 weights |\n|---|---|---|---|---|---|\n";
+  for (int K : o.ks) {
+    PackedProj w;
+    w.K = K;
+    w.codebook = Codebook::Mul1;
+    w.in_p = in;
+    w.out_p = out;
+    std::vector<uint32_t> words(static_cast<size_t>(w.bytes() / 4) + 16);
+    uint32_t* data = words.data() + (16 - reinterpret_cast<uintptr_t>(words.data()) % 64 / 4) % 16;
+    uint64_t st = 0x243F6A8885A308D3ull + K;
+    for (int64_t i = 0; i < w.bytes() / 4; ++i) data[i] = static_cast<uint32_t>(xorshift(st));
+    w.data = data;
+    for (SimdPath path : o.paths) {
+      if (!simd_supported(path)) continue;
+      for (int batch : o.batches) {
+        std::mt19937 rng(3);
+        std::normal_distribution<float> nd;
+        std::vector<float> x(static_cast<size_t>(batch * in)), z(static_cast<size_t>(batch * out));
+        for (float& v : x) v = nd(rng);
+        auto call = [&] { matmul_pairs(path, w, 0, w.pairs(), x.data(), in, batch, z.data(), out); };
+        call();
+        double best = 0;
+        for (int win = 0; win < o.windows; ++win) {
+          int calls = 0;
+          double el = 0;
+          const auto t0 = std::chrono::steady_clock::now();
+          while (el < o.seconds / o.windows) {
+            call();
+            ++calls;
+            el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+          if (best == 0 || el / calls < best) best = el / calls;
+        }
+        const double weights = static_cast<double>(in * out);
+        char line[256];
+        std::snprintf(line, sizeof line, "| %s | %d | %d | %.2f | %.2f | %.2f |\n", simd_name(path), K, batch,
+                      weights / best / 1e9, weights * batch / best / 1e9, 16e9 * best / weights);
+        std::cout << line << std::flush;
+      }
+    }
+  }
+  return 0;
+}
+
 int usage() {
   std::cerr << "usage: exl3-bench [--threads N] [--k 2,3,4] [--batch 1,2,4,8] [--path avx2,avx512|scalar]\n"
-               "                  [--pool-gb G] [--mem-gb G] [--seconds S] [--experts-per-call E]\n";
+               "                  [--pool-gb G] [--mem-gb G] [--seconds S] [--experts-per-call E]\n"
+               "       exl3-bench --kernel [--k ...] [--batch ...] [--path ...] [--seconds S] [--windows N]\n"
+               "  --kernel: matmul_pairs alone on one core with the weights in L2 (decode rate, no memory traffic)\n"
+               "  paths: avx512fp16, avx512, avx2, scalar\n";
   return 2;
 }
 
@@ -122,10 +178,15 @@ int main(int argc, char** argv) {
       else if (a == "--mem-gb") o.mem_gb = std::stod(next());
       else if (a == "--seconds") o.seconds = std::stod(next());
       else if (a == "--experts-per-call") o.experts_per_call = std::stoi(next());
+      else if (a == "--kernel") o.kernel = true;
+      else if (a == "--windows") o.windows = std::max(1, std::stoi(next()));
       else if (a == "--path") {
         std::stringstream ss(next());
         for (std::string t; std::getline(ss, t, ',');)
-          o.paths.push_back(t == "avx512" ? SimdPath::Avx512 : t == "avx2" ? SimdPath::Avx2 : SimdPath::Scalar);
+          o.paths.push_back(t == "avx512fp16" ? SimdPath::Avx512Fp16
+                            : t == "avx512"   ? SimdPath::Avx512
+                            : t == "avx2"     ? SimdPath::Avx2
+                                              : SimdPath::Scalar);
       } else if (a == "-h" || a == "--help") {
         usage();
         return 0;
@@ -135,9 +196,10 @@ int main(int argc, char** argv) {
       }
     }
     if (o.paths.empty()) {
-      for (SimdPath p : {SimdPath::Avx512, SimdPath::Avx2})
+      for (SimdPath p : {SimdPath::Avx512Fp16, SimdPath::Avx512, SimdPath::Avx2})
         if (simd_supported(p)) o.paths.push_back(p);
     }
+    if (o.kernel) return kernel_bench(o);
     if (!simd_supported(SimdPath::Avx2)) throw ft::Error("exl3-bench: needs AVX2");
     const int threads = o.threads > 0 ? o.threads : physical_cores();
     ThreadPool pool(threads);
