@@ -264,10 +264,15 @@ struct PairFusedKernel {
     }
   }
 
+  // Pairs k and k + 2 (steps 4j + {0, 1} and 4j + {4, 5}, or + {2, 3} and + {6, 7}) use the same two
+  // input rows and fill different column halves, so they run back to back: each broadcast input
+  // is used at once instead of being kept live. Per accumulator the steps stay in ascending order.
+  static constexpr int pair_order(int i) { return (i & ~3) | ((i & 1) << 1) | ((i >> 1) & 1); }
+
   template <int... Pk>
   [[gnu::always_inline]] static inline void pairs(const I* W, I P, const float* x, int64_t xs, F (&acc)[NR][2],
                                                   std::integer_sequence<int, Pk...>) {
-    (pair<Pk>(W, P, x, xs, acc, std::make_integer_sequence<int, NR>{}), ...);
+    (pair<pair_order(Pk)>(W, P, x, xs, acc, std::make_integer_sequence<int, NR>{}), ...);
   }
 
   template <int Pk, int... R>
