@@ -66,7 +66,7 @@ struct V512h {
   static F loadf(const F* p) { return _mm512_load_ps(reinterpret_cast<const float*>(p)); }
   static void storef(F* p, F v) { _mm512_store_ps(reinterpret_cast<float*>(p), v); }
   // Sums of w/2 · x: ×2 on the way out, ×1/2 on the way back in (exact; the same bits as the
-  // unscaled sums of the Avx512 path).
+  // unscaled sums of the Avx512 path unless a product or partial sum is below 2^-125).
   static F load_acc(const float* z, int h) {
     const F v =
         _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(z + h * 8)), _mm256_loadu_ps(z + 16 + h * 8), 1);

@@ -1,6 +1,7 @@
 #pragma once
 // The fused decode + matmul loop, written once against a lane wrapper V and compiled by
-// kernel_avx2.cpp and kernel_avx512.cpp with their own ISA flags. Internal header.
+// kernel_avx2.cpp, kernel_avx512.cpp and kernel_avx512fp16.cpp with their own ISA flags.
+// Internal header.
 //
 // Per (pair, a) step a lane holds the K words that encode weights t = 32i … 32i+31 of its tile
 // (packed.h). Weight t = 32i + u sits at row r(u), column i + 8·h(u) (exl3-format §4.7), so for
