@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <limits>
+
+#include <sys/socket.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -118,9 +121,19 @@ class BeastExchange final : public HttpExchange {
         read_done_.cancel();
         return;
       }
-      error_code ec2;
-      size_t avail = ec ? 0 : stream_.socket().available(ec2);
-      if (ec || ec2 || avail == 0) {
+      // Readiness is only a hint: the reactor also completes the wait on a stale edge-triggered
+      // event (request bytes that arrived, were reported, and were read before the report was
+      // handled). A peek tells EOF (0), an error, new bytes and nothing (EAGAIN: wait again).
+      ssize_t n = -1;  // a failed wait counts as gone
+      if (!ec) {
+        char c;
+        n = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          arm();
+          return;
+        }
+      }
+      if (n <= 0) {
         gone_ = true;
         watching_ = false;
         closing_ = true;

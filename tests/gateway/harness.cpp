@@ -15,10 +15,14 @@
 #include <atomic>
 #include <mutex>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 extern char** environ;
 
@@ -26,9 +30,9 @@ namespace ft::test {
 
 namespace {
 
-// fork + exec with stdout (and optionally stderr) on `out_fd`; the child gets SIGKILL when the
-// test process dies, so a crashed test never leaves servers behind.
-pid_t spawn(const std::vector<std::string>& args, int out_fd, bool with_stderr) {
+// fork + exec with stdout on `out_fd` and stderr on `err_fd` (-1: inherited); the child gets
+// SIGKILL when the test process dies, so a crashed test never leaves servers behind.
+pid_t spawn(const std::vector<std::string>& args, int out_fd, int err_fd) {
   std::vector<std::string> a = args;
   std::vector<char*> argv;
   for (auto& s : a) argv.push_back(s.data());
@@ -39,7 +43,7 @@ pid_t spawn(const std::vector<std::string>& args, int out_fd, bool with_stderr) 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     dup2(out_fd, 1);
-    if (with_stderr) dup2(out_fd, 2);
+    if (err_fd >= 0) dup2(err_fd, 2);
     execv(argv[0], argv.data());
     _exit(127);
   }
@@ -171,6 +175,9 @@ int SseStream::status(int timeout_ms) {
     int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count());
     if (left <= 0 || !fill(left)) break;
   }
+  if (status_ == 0)
+    std::fprintf(stderr, "[harness] SSE request: no response head (%s)\n%s", eof_ ? "EOF" : "timeout",
+                 GatewayProcess::report_all().c_str());
   return status_;
 }
 
@@ -204,19 +211,26 @@ HttpResult http_request(int port, const std::string& method, const std::string& 
   std::string raw;
   char buf[65536];
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string ended = "timeout";
   for (;;) {
     int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count());
     if (left <= 0) break;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, left) <= 0) break;
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0) ended = std::strerror(errno);
+    if (n == 0) ended = "EOF";
     if (n <= 0) break;
     raw.append(buf, size_t(n));
   }
   ::close(fd);
   HttpResult r;
   size_t e = raw.find("\r\n\r\n");
-  if (e == std::string::npos) return r;
+  if (e == std::string::npos) {
+    std::fprintf(stderr, "[harness] %s %s on port %d: no response (%s after %zu bytes)\n%s", method.c_str(), path.c_str(), port,
+                 ended.c_str(), raw.size(), GatewayProcess::report_all().c_str());
+    return r;
+  }
   r.headers = raw.substr(0, e);
   std::transform(r.headers.begin(), r.headers.end(), r.headers.begin(), ::tolower);
   r.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
@@ -260,7 +274,7 @@ struct ChildProcess::State {
 ChildProcess::ChildProcess(const std::vector<std::string>& argv_in) : st_(new State) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-  pid_ = spawn(argv_in, pipefd[1], true);
+  pid_ = spawn(argv_in, pipefd[1], pipefd[1]);
   ::close(pipefd[1]);
   if (pid_ < 0) {
     ::close(pipefd[0]);
@@ -335,13 +349,52 @@ int free_port() {
 
 std::string bin_path(const std::string& name) { return std::string(FLASHTIER_BIN_DIR) + "/" + name; }
 
+namespace {
+
+std::mutex live_mu;
+std::vector<const GatewayProcess*> live_gateways;
+
+std::string describe_status(int st) {
+  if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) return "killed by signal " + std::to_string(WTERMSIG(st)) + " (" + strsignal(WTERMSIG(st)) + ")";
+  return "status " + std::to_string(st);
+}
+
+std::string file_tail(const std::string& path, size_t max_bytes) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return {};
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  long from = size > long(max_bytes) ? size - long(max_bytes) : 0;
+  std::fseek(f, from, SEEK_SET);
+  std::string s(size_t(size - from), '\0');
+  s.resize(std::fread(s.data(), 1, s.size(), f));
+  std::fclose(f);
+  return (from > 0 ? "[...]" : "") + s;
+}
+
+// A test of this process failed (so far, or in the current test).
+bool test_failed() {
+  const auto* u = ::testing::UnitTest::GetInstance();
+  const auto* suite = u->current_test_suite();
+  return u->failed_test_count() > 0 || u->ad_hoc_test_result().Failed() || (suite && suite->ad_hoc_test_result().Failed()) ||
+         (u->current_test_info() && ::testing::Test::HasFailure());
+}
+
+}  // namespace
+
 GatewayProcess::GatewayProcess(const std::vector<std::string>& args) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  char err_path[] = "/tmp/flashtier-gateway-stderr-XXXXXX";
+  int err_fd = ::mkostemp(err_path, O_CLOEXEC);
+  if (err_fd < 0) throw std::runtime_error("mkstemp failed");
+  stderr_path_ = err_path;
   std::vector<std::string> argv_s{bin_path("flashtier-gateway")};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
-  pid_ = spawn(argv_s, pipefd[1], false);
+  pid_ = spawn(argv_s, pipefd[1], err_fd);
   ::close(pipefd[1]);
+  ::close(err_fd);
   if (pid_ < 0) {
     ::close(pipefd[0]);
     throw std::runtime_error("cannot start " + argv_s[0]);
@@ -367,20 +420,63 @@ GatewayProcess::GatewayProcess(const std::vector<std::string>& args) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
-    throw std::runtime_error("flashtier-gateway did not start: " + out_);
+    std::string err = file_tail(stderr_path_, 4096);
+    ::unlink(stderr_path_.c_str());
+    throw std::runtime_error("flashtier-gateway did not start: " + out_ + err);
   }
+  std::lock_guard lk(live_mu);
+  live_gateways.push_back(this);
 }
 
 GatewayProcess::~GatewayProcess() {
-  if (pid_ > 0) {
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 100; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+  {
+    std::lock_guard lk(live_mu);
+    std::erase(live_gateways, this);
   }
+  bool died = false;  // before we asked it to stop
+  if (pid_ > 0) {
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) {
+      died = true;
+    } else {
+      kill(pid_, SIGTERM);
+      bool gone = false;
+      for (int i = 0; i < 100 && !gone; ++i) {
+        gone = waitpid(pid_, &st, WNOHANG) == pid_;
+        if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (!gone) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &st, 0);
+      }
+    }
+    exit_status_ = st;
+  }
+  const bool clean = exit_status_ >= 0 && WIFEXITED(exit_status_) && WEXITSTATUS(exit_status_) == 0;
+  if (died || !clean || test_failed()) std::fprintf(stderr, "[harness] %s", report().c_str());
+  ::unlink(stderr_path_.c_str());
+}
+
+std::string GatewayProcess::report() const {
+  std::string state = "running";
+  if (exit_status_ >= 0) {
+    state = describe_status(exit_status_);
+  } else if (pid_ > 0) {
+    siginfo_t si{};  // peek without reaping (the destructor reaps)
+    if (::waitid(P_PID, id_t(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid_)
+      state = si.si_code == CLD_EXITED ? "exited with status " + std::to_string(si.si_status)
+                                       : "killed by signal " + std::to_string(si.si_status) + " (" + strsignal(si.si_status) + ")";
+  }
+  std::string err = file_tail(stderr_path_, 4096);
+  return "flashtier-gateway (pid " + std::to_string(pid_) + ", port " + std::to_string(port_) + ") " + state +
+         (err.empty() ? "; stderr empty\n" : "; stderr:\n" + err + (err.back() == '\n' ? "" : "\n"));
+}
+
+std::string GatewayProcess::report_all() {
+  std::lock_guard lk(live_mu);
+  std::string out;
+  for (const auto* g : live_gateways) out += g->report();
+  return out;
 }
 
 bool GatewayProcess::wait_healthy(int timeout_ms) {

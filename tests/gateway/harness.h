@@ -62,6 +62,9 @@ class ChildProcess {
 // A TCP port that was free a moment ago.
 int free_port();
 
+// The gateway binary as a child process. Its stderr goes to a file; the harness prints the
+// process's state and the end of that file when a request gets no response (status 0) and, at
+// destruction, when a test failed or the gateway died on its own.
 class GatewayProcess {
  public:
   explicit GatewayProcess(const std::vector<std::string>& args);
@@ -71,11 +74,18 @@ class GatewayProcess {
   // Polls /health until 200 (or timeout).
   bool wait_healthy(int timeout_ms = 10000);
   std::string output() const { return out_; }  // what it printed before listening
+  // "flashtier-gateway (pid N, port P) running|exited with status S|killed by signal S" and the
+  // last few KB of its stderr.
+  std::string report() const;
+  // The reports of every gateway this process runs.
+  static std::string report_all();
 
  private:
   pid_t pid_ = -1;
   int port_ = 0;
   std::string out_;
+  std::string stderr_path_;
+  int exit_status_ = -1;  // waitpid status once reaped
 };
 
 struct CurlResult {

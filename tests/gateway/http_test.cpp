@@ -1,6 +1,7 @@
 // The gateway binary against a fake gpu-worker over real HTTP: responses, streaming, stop strings,
 // reasoning/tool parsing, SGLang shapes, keep-alive, cancellation timing, queue limits, worker
 // failures, load balancing, concurrency, metrics.
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <set>
@@ -689,6 +690,39 @@ TEST(GatewayProcesses, UnavailableWorkerIsRetriedOnAnother) {
   }
   EXPECT_GE(a.generate_calls(), 1) << "the failing worker was never tried";
   EXPECT_EQ(b.generate_calls(), 4);
+}
+
+// Every request of a client that keeps its connection open gets an answer. The disconnect watcher
+// (a wait for readability beside the response) used to take a spurious readiness report (a stale
+// epoll edge for request bytes already read) for a closed connection and drop the request
+// without a response, about 1 in 1000 short requests from 8 concurrent clients.
+TEST(GatewayProcesses, ConcurrentShortRequestsAreAllAnswered) {
+  FakeWorker w;
+  w.set_script(script_of({65, 66, kEos}, 0ms));
+  GatewayProcess gw(gateway_args({w.address()}));
+  ASSERT_TRUE(gw.wait_healthy());
+  const std::string plain = json({{"prompt", "x"}, {"max_tokens", 4}}).dump();
+  const std::string streamed = json({{"prompt", "x"}, {"max_tokens", 4}, {"stream", true}}).dump();
+  std::atomic<int> answered{0}, unanswered{0}, other{0};
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t)
+    clients.emplace_back([&, t] {
+      for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
+        try {
+          HttpResult r = http_request(gw.port(), "POST", "/v1/completions", (i + t) % 2 ? streamed : plain, {}, 10000);
+          (r.status == 200 ? answered : r.status == 0 ? unanswered : other).fetch_add(1);
+        } catch (const std::exception&) {  // connection refused
+          other.fetch_add(1);
+        }
+      }
+    });
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(unanswered.load(), 0) << "requests without a response, of " << answered + unanswered + other;
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(answered.load(), 100);
+  std::string m = http_request(gw.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric(m, "flashtier_gateway_client_disconnects_total"), 0);
 }
 
 TEST(GatewayProcesses, ApiKey) {
