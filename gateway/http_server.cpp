@@ -243,6 +243,9 @@ asio::awaitable<void> session(App& app, tcp::socket socket) {
     } catch (const std::exception& e) {
       failure = e.what();
     }
+    // A handler that threw may have left the disconnect watch armed; its completion refers to
+    // `ex`, which ends with this iteration. (A no-op when nothing is pending.)
+    co_await ex.unwatch_disconnect();
     if (!failure.empty()) {  // (no co_await inside a handler)
       status = 500;
       if (!ex.responded()) {
