@@ -88,38 +88,17 @@ void run_pairs(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh,
         panel_matmul<V256, K, CB, 4>(base, A, xh, xs, n, zt, zs);
         continue;
       }
-      for (int r = 0; r < n;) {
-        const int left = n - r;
-        if (left >= 4) tile_block<K, CB, 4>(base, A, xh + r * xs, xs, zt + r * zs, zs), r += 4;
-        else if (left >= 2) tile_block<K, CB, 2>(base, A, xh + r * xs, xs, zt + r * zs, zs), r += 2;
-        else tile_block<K, CB, 1>(base, A, xh + r * xs, xs, zt + r * zs, zs), r += 1;
-      }
+      for_row_blocks(n, [&]<int NR>(int r) { tile_block<K, CB, NR>(base, A, xh + r * xs, xs, zt + r * zs, zs); });
     }
-}
-
-template <int K>
-void run_k(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh, int64_t xs, int n, float* z, int64_t zs) {
-  switch (w.codebook) {
-    case Codebook::Inst3: return run_pairs<K, Codebook::Inst3>(w, p0, npairs, xh, xs, n, z, zs);
-    case Codebook::Mcg: return run_pairs<K, Codebook::Mcg>(w, p0, npairs, xh, xs, n, z, zs);
-    case Codebook::Mul1: return run_pairs<K, Codebook::Mul1>(w, p0, npairs, xh, xs, n, z, zs);
-  }
 }
 
 }  // namespace
 
 void matmul_pairs_avx2(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh, int64_t xs, int n, float* z,
                        int64_t zs) {
-  switch (w.K) {
-    case 1: return run_k<1>(w, p0, npairs, xh, xs, n, z, zs);
-    case 2: return run_k<2>(w, p0, npairs, xh, xs, n, z, zs);
-    case 3: return run_k<3>(w, p0, npairs, xh, xs, n, z, zs);
-    case 4: return run_k<4>(w, p0, npairs, xh, xs, n, z, zs);
-    case 5: return run_k<5>(w, p0, npairs, xh, xs, n, z, zs);
-    case 6: return run_k<6>(w, p0, npairs, xh, xs, n, z, zs);
-    case 7: return run_k<7>(w, p0, npairs, xh, xs, n, z, zs);
-    case 8: return run_k<8>(w, p0, npairs, xh, xs, n, z, zs);
-  }
+  with_k(w.K, [&]<int K>() {
+    with_codebook(w.codebook, [&]<Codebook CB>() { run_pairs<K, CB>(w, p0, npairs, xh, xs, n, z, zs); });
+  });
 }
 
 void codebook_values_avx2(Codebook cb, const uint32_t* states, int64_t n, float* out) {
@@ -129,13 +108,7 @@ void codebook_values_avx2(Codebook cb, const uint32_t* states, int64_t n, float*
     const int64_t m = n - i < 8 ? n - i : 8;
     for (int j = 0; j < 8; ++j) in[j] = j < m ? states[i + j] & 0xFFFFu : 0;
     const __m256i st = _mm256_load_si256(reinterpret_cast<const __m256i*>(in));
-    __m256 v;
-    switch (cb) {
-      case Codebook::Inst3: v = V256::decode<Codebook::Inst3>(st); break;
-      case Codebook::Mcg: v = V256::decode<Codebook::Mcg>(st); break;
-      default: v = V256::decode<Codebook::Mul1>(st); break;
-    }
-    _mm256_store_ps(res, v);
+    with_codebook(cb, [&]<Codebook CB>() { _mm256_store_ps(res, V256::decode<CB>(st)); });
     for (int j = 0; j < m; ++j) out[i + j] = res[j];
   }
 }

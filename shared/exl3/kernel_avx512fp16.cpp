@@ -96,12 +96,7 @@ void run_pairs(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh,
       panel_matmul_with<V512h, PairPanelDecoder<V512h, K>, K, 8>(base, A, xh, xs, n, zp, zs);
       continue;
     }
-    for (int r = 0; r < n;) {
-      const int left = n - r;
-      if (left >= 4) pair_block<K, 4>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 4;
-      else if (left >= 2) pair_block<K, 2>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 2;
-      else pair_block<K, 1>(base, A, xh + r * xs, xs, zp + r * zs, zs), r += 1;
-    }
+    for_row_blocks(n, [&]<int NR>(int r) { pair_block<K, NR>(base, A, xh + r * xs, xs, zp + r * zs, zs); });
   }
 }
 
@@ -110,16 +105,7 @@ void run_pairs(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh,
 void matmul_pairs_avx512fp16(const PackedProj& w, int64_t p0, int64_t npairs, const float* xh, int64_t xs, int n,
                              float* z, int64_t zs) {
   if (w.codebook != Codebook::Mul1) return matmul_pairs_avx512(w, p0, npairs, xh, xs, n, z, zs);
-  switch (w.K) {
-    case 1: return run_pairs<1>(w, p0, npairs, xh, xs, n, z, zs);
-    case 2: return run_pairs<2>(w, p0, npairs, xh, xs, n, z, zs);
-    case 3: return run_pairs<3>(w, p0, npairs, xh, xs, n, z, zs);
-    case 4: return run_pairs<4>(w, p0, npairs, xh, xs, n, z, zs);
-    case 5: return run_pairs<5>(w, p0, npairs, xh, xs, n, z, zs);
-    case 6: return run_pairs<6>(w, p0, npairs, xh, xs, n, z, zs);
-    case 7: return run_pairs<7>(w, p0, npairs, xh, xs, n, z, zs);
-    case 8: return run_pairs<8>(w, p0, npairs, xh, xs, n, z, zs);
-  }
+  with_k(w.K, [&]<int K>() { run_pairs<K>(w, p0, npairs, xh, xs, n, z, zs); });
 }
 
 void codebook_values_avx512fp16(Codebook cb, const uint32_t* states, int64_t n, float* out) {

@@ -14,6 +14,36 @@
 
 namespace ft::exl3::detail {
 
+// Run-time parameters as template constants, so each ISA file states its kernel once:
+// f.template operator()<K>() for K = 1…8, f.template operator()<CB>() per codebook.
+template <class F>
+void with_k(int K, F&& f) {
+  [&]<int... Ks>(std::integer_sequence<int, Ks...>) {
+    (void)((K == Ks + 1 && (f.template operator()<Ks + 1>(), true)) || ...);
+  }(std::make_integer_sequence<int, 8>{});
+}
+
+template <class F>
+void with_codebook(Codebook cb, F&& f) {
+  switch (cb) {
+    case Codebook::Inst3: return f.template operator()<Codebook::Inst3>();
+    case Codebook::Mcg: return f.template operator()<Codebook::Mcg>();
+    case Codebook::Mul1: return f.template operator()<Codebook::Mul1>();
+  }
+}
+
+// Rows in blocks of 4, then 2, then 1 (the accumulator counts the fused kernels are built for):
+// f.template operator()<NR>(first_row).
+template <class F>
+void for_row_blocks(int n, F&& f) {
+  for (int r = 0; r < n;) {
+    const int left = n - r;
+    if (left >= 4) f.template operator()<4>(r), r += 4;
+    else if (left >= 2) f.template operator()<2>(r), r += 2;
+    else f.template operator()<1>(r), r += 1;
+  }
+}
+
 // Where step u's 16-bit state lies in a lane: the window [s, s+16) of the lane's bit stream, in
 // one word W[word], or across a word boundary, taken from the middle word
 // M[word] = (W[word−1] << 16) | (W[word] >> 16) (W[−1] = the previous lane's last word: the
