@@ -16,22 +16,22 @@ class Names {
  public:
   explicit Names(const TensorStore& st) : st_(st) {}
 
-  std::string resolve(const std::string& suffix, const std::string& probe) const {
+  std::string resolve(const std::string& suffix) const {
     for (const char* pre : {"model.language_model.", "model."})
-      if (st_.find(pre + suffix + probe)) return pre + suffix;
+      if (st_.find(pre + suffix)) return pre + suffix;
     return "model.language_model." + suffix;
   }
   // First spelling among `alts` (suffixes) that exists, else the first one (for the message).
-  std::string resolve_any(std::initializer_list<std::string> alts, const std::string& probe) const {
+  std::string resolve_any(std::initializer_list<std::string> alts) const {
     for (const auto& a : alts) {
-      std::string n = resolve(a, probe);
-      if (st_.find(n + probe)) return n;
+      std::string n = resolve(a);
+      if (st_.find(n)) return n;
     }
-    return resolve(*alts.begin(), probe);
+    return resolve(*alts.begin());
   }
 
   std::vector<float> vec(std::initializer_list<std::string> alts, std::vector<int64_t> shape) const {
-    const std::string n = resolve_any(alts, "");
+    const std::string n = resolve_any(alts);
     const TensorInfo& t = st_.get(n);
     expect_shape(t, shape);
     return to_f32(t);
@@ -84,9 +84,9 @@ std::vector<float> load_conv(const Names& nm, const std::string& p, const ModelC
     }
   };
   if (nm.has(p + "self_attn.conv1d.weight")) {
-    read(nm.resolve(p + "self_attn.conv1d.weight", ""), 3 * Q);
+    read(nm.resolve(p + "self_attn.conv1d.weight"), 3 * Q);
   } else {
-    for (const char* s : {"q", "k", "v"}) read(nm.resolve(p + "self_attn." + s + "_conv1d.weight", ""), Q);
+    for (const char* s : {"q", "k", "v"}) read(nm.resolve(p + "self_attn." + s + "_conv1d.weight"), Q);
   }
   return out;
 }
@@ -134,7 +134,7 @@ MlaWeights load_mla(const Names& nm, const std::string& p, const ModelConfig& c,
     x.weights_proj = nm.lin({i + "weights_proj"}, IH, D);
     {
       // The pooling gate is a bare parameter [ID, D], not a Linear; read it as one anyway.
-      const std::string g = nm.resolve(i + "index_kpool_compress_gate", "");
+      const std::string g = nm.resolve(i + "index_kpool_compress_gate");
       const TensorInfo& t = nm.store().get(g);
       expect_shape(t, {ID, D});
       x.gate.out = ID;
@@ -142,7 +142,7 @@ MlaWeights load_mla(const Names& nm, const std::string& p, const ModelConfig& c,
       x.gate.w = to_f32(t);
     }
     {
-      const std::string a = nm.resolve(i + "index_kpool_compress_ape", "");
+      const std::string a = nm.resolve(i + "index_kpool_compress_ape");
       const TensorInfo& t = nm.store().get(a);
       if (t.shape.size() == 2 && t.shape[1] == ID && t.shape[0] != c.index_kpool)
         throw Error(t.where() + " has shape " + t.shape_str() + " but config index_kpool is " +
@@ -170,8 +170,8 @@ std::vector<MlpWeights> load_experts(const Names& nm, const std::string& p, cons
   ex.reserve(E);
   const std::string fused = p + "mlp.experts.gate_up_proj";
   if (nm.has(fused) && !nm.has_lin(p + "mlp.experts.0.gate_proj")) {
-    const TensorInfo& gu = nm.store().get(nm.resolve(fused, ""));
-    const TensorInfo& dn = nm.store().get(nm.resolve(p + "mlp.experts.down_proj", ""));
+    const TensorInfo& gu = nm.store().get(nm.resolve(fused));
+    const TensorInfo& dn = nm.store().get(nm.resolve(p + "mlp.experts.down_proj"));
     expect_shape(gu, {E, 2 * Im, D});
     expect_shape(dn, {E, D, Im});
     const auto g = to_f32(gu), d = to_f32(dn);

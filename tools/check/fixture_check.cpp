@@ -9,6 +9,7 @@
 
 #include "shared/core/error.h"
 #include "shared/engine/reference_engine.h"
+#include "shared/sampling/sampler.h"
 #include "shared/model/tensor_convert.h"
 
 namespace ft {
@@ -21,13 +22,6 @@ struct RowCompare {
   bool ref_finite = true;  // a reference row with NaN/inf cannot be compared
   int64_t argmax = 0;
 };
-
-int64_t argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;  // first maximum: lower index wins ties
-  return best;
-}
 
 RowCompare compare_row(const float* ours, const float* ref, int64_t n) {
   double num = 0, den = 0, mx = 0;
@@ -42,8 +36,8 @@ RowCompare compare_row(const float* ours, const float* ref, int64_t n) {
   r.rel_l2 = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
   r.max_abs = mx;
   if (!std::isfinite(r.rel_l2)) r.rel_l2 = r.max_abs = INFINITY;  // our own NaN/inf fails the check
-  r.argmax = argmax(ours, n);
-  r.same_argmax = r.argmax == argmax(ref, n);
+  r.argmax = argmax(std::span<const float>(ours, static_cast<size_t>(n)));
+  r.same_argmax = r.argmax == argmax(std::span<const float>(ref, static_cast<size_t>(n)));
   return r;
 }
 

@@ -10,6 +10,7 @@
 
 #include "shared/core/error.h"
 #include "shared/engine/reference_engine.h"
+#include "shared/sampling/sampler.h"
 #include "shared/text/tokenizer.h"
 
 namespace {
@@ -17,10 +18,6 @@ namespace {
 int usage() {
   std::cerr << "usage: flashtier-generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n";
   return 2;
-}
-
-int32_t argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 }  // namespace
@@ -60,7 +57,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> out;
     t0 = clock::now();
     for (int i = 0; i < max_tokens; ++i) {
-      out.push_back(argmax(logits));
+      out.push_back(ft::argmax(logits));
       if (i + 1 < max_tokens) logits = eng.decode(s, out.back());
     }
     const double dec = std::chrono::duration<double>(clock::now() - t0).count();
