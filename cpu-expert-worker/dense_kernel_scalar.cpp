@@ -1,6 +1,10 @@
-// Portable path: ft::dot's loop with the weight converted on the fly.
+// Portable path: each weight row converted to fp32, then ft::dot — the reference engine's own
+// dot product, so this path equals it bit for bit by construction.
+#include <vector>
+
 #include "cpu-expert-worker/dense_kernel.h"
 #include "shared/core/half.h"
+#include "shared/ops/linear.h"
 
 namespace ft::cew::detail {
 
@@ -16,17 +20,11 @@ inline float load(const void* W, int64_t i) {
 template <DenseType T>
 void rows_t(const void* W, int64_t in, int64_t r0, int64_t rows, const float* x, int64_t xs, int n, float* y,
             int64_t ys) {
+  std::vector<float> row(static_cast<size_t>(in));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t base = (r0 + r) * in;
-    for (int t = 0; t < n; ++t) {
-      const float* xt = x + t * xs;
-      float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 8 <= in; i += 8)
-        for (int j = 0; j < 8; ++j) s[j] += load<T>(W, base + i + j) * xt[i + j];
-      for (int j = 0; i < in; ++i, ++j) s[j] += load<T>(W, base + i) * xt[i];
-      y[t * ys + r] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-    }
+    for (int64_t i = 0; i < in; ++i) row[i] = load<T>(W, base + i);
+    for (int t = 0; t < n; ++t) y[t * ys + r] = dot(row.data(), x + t * xs, in);
   }
 }
 
