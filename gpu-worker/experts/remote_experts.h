@@ -58,7 +58,7 @@ class RemoteExperts : public ExpertBackend {
   // Connects if not connected; throws ft::Error with the reason when the tier is unavailable.
   void connect();
   // Connected, or connects now; false (no exception) when the tier is unavailable.
-  bool healthy();
+  bool healthy() override;
   bool connected() const;
   // "shm:<ring>" or "grpc:<host:port>" of the live connection, "" when none.
   std::string transport() const;

@@ -8,9 +8,4 @@ std::unique_ptr<ExpertBackend> make_expert_backend(const std::string& address, c
   return RemoteExperts::create(address, RemoteExpertsOptions::for_model(cfg));
 }
 
-bool expert_backend_healthy(ExpertBackend& b) {
-  auto* remote = dynamic_cast<RemoteExperts*>(&b);
-  return !remote || remote->healthy();
-}
-
 }  // namespace ft::worker

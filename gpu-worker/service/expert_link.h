@@ -11,7 +11,5 @@ namespace ft::worker {
 // `address`: an expert-tier address understood by the expert client (shm:<ring>,
 // grpc:<host:port>, auto:<host:port>). Throws ft::Error when it is malformed.
 std::unique_ptr<ExpertBackend> make_expert_backend(const std::string& address, const ModelConfig& cfg);
-// True when the tier answers (a remote tier is asked to connect if it is not).
-bool expert_backend_healthy(ExpertBackend& b);
 
 }  // namespace ft::worker

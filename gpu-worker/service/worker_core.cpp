@@ -76,7 +76,7 @@ std::string WorkerCore::load_error() const {
   return error_;
 }
 
-bool WorkerCore::experts_healthy() { return !experts_ || expert_backend_healthy(*experts_); }
+bool WorkerCore::experts_healthy() { return !experts_ || experts_->healthy(); }
 
 std::string WorkerCore::model_name() const {
   if (!opts_.served_model_name.empty()) return opts_.served_model_name;
