@@ -1,14 +1,20 @@
 #pragma once
 // Where tests find their data, and scratch folders that clean up after themselves.
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
 
 namespace ft::test {
 
-inline std::string fixture(const std::string& rel) {
-  return std::string(FLASHTIER_SOURCE_DIR) + "/tests/fixtures/" + rel;
+// The source tree: $FLASHTIER_SOURCE_DIR when set (test binaries carried to another machine, see
+// tools/gpu/run-checks.sh), else where this build was configured.
+inline std::string source_dir() {
+  const char* env = std::getenv("FLASHTIER_SOURCE_DIR");
+  return env && *env ? std::string(env) : std::string(FLASHTIER_SOURCE_DIR);
 }
+
+inline std::string fixture(const std::string& rel) { return source_dir() + "/tests/fixtures/" + rel; }
 
 class TempDir {
  public:

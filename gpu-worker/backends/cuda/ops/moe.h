@@ -1,0 +1,66 @@
+#pragma once
+// Routed experts of one MoE layer on the GPU (the twin of the expert part of shared/ops +
+// shared/engine/local_experts): picks from the router are grouped by expert (dispatch), each
+// expert runs the clamped SwiGLU MLP on its rows (grouped kernels, one launch over all experts),
+// and each token sums its experts' outputs in ascending expert order (combine). Because the
+// expert kernels obey the linear reduction contract (ops/linear.h) and the combine order is
+// fixed, a token's result does not depend on which other tokens picked the same experts.
+//
+// This header holds the pieces every expert format shares (dispatch, combine) and the dense
+// fp16 format (experts resident in VRAM as LinearF16: the tiny fixtures, the bf16 benchmark
+// model). EXL3 experts (VRAM or mapped host memory) live in exl3/moe.h and use the same
+// dispatch and combine.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gpu-worker/backends/cuda/ops/linear.h"
+
+namespace ft::cuda {
+
+// Router output for n tokens: pick p = t·top_k + k, experts ascending within each token.
+struct MoeRoutes {
+  const int32_t* expert = nullptr;  // [n·top_k]
+  const float* weight = nullptr;    // [n·top_k], routing weights (already normalised and scaled)
+  int64_t n = 0;
+  int top_k = 0;
+};
+
+// Picks grouped by expert: a counting sort (expert-major, picks ascending inside an expert).
+// Device arrays, sized for the largest n the caller will pass (moe_dispatch_alloc_counts).
+struct MoeDispatch {
+  int32_t* offsets = nullptr;      // [E + 1]: expert e's picks are sorted_pick[offsets[e] … offsets[e+1])
+  int32_t* sorted_pick = nullptr;  // [n·top_k]: pick indices p
+  int32_t* active = nullptr;       // [min(E, n·top_k)]: experts with ≥ 1 pick, ascending
+  int32_t* n_active = nullptr;     // [1]
+};
+struct MoeDispatchSizes {
+  int64_t offsets, sorted_pick, active, n_active;  // element counts (int32)
+};
+MoeDispatchSizes moe_dispatch_sizes(int64_t max_n, int top_k, int n_experts);
+
+// Fills `d` from the routes (deterministic, no atomics whose order matters).
+void moe_dispatch(const MoeRoutes& r, int n_experts, const MoeDispatch& d, cudaStream_t stream);
+
+// out[t] (=, or += with Accumulate) Σ_k weight[t·top_k + k]·Y[t·top_k + k] summed in ascending
+// k (= ascending expert), fp32; Y is [n·top_k, D] (one row per pick), out rows ld_out apart.
+void moe_combine(const float* Y, const float* weight, int64_t n, int top_k, int64_t D, float* out, int64_t ld_out,
+                 LinearStore store, cudaStream_t stream);
+
+// One expert in VRAM, dense fp16 (gate, up: [I, D]; down: [D, I]).
+struct DenseExpert {
+  LinearF16 gate, up, down;
+};
+
+// Workspace of moe_dense_experts for up to max_n tokens (bytes).
+size_t moe_dense_workspace_bytes(int64_t max_n, int top_k, int64_t D, int64_t I);
+
+// Y[p] = down_e(silu(min(gate_e·x_t, limit)) ⊙ clamp(up_e·x_t, −limit, limit)) for every pick
+// p = (t, k) with expert e = routes.expert[p] (unweighted: moe_combine applies the weights).
+// experts: device array [n_experts] of DenseExpert. x: [n, D] fp32 (ld_x floats apart). Y:
+// [n·top_k, D] fp32. Grid sizes depend on n and top_k only (graph-capturable for a fixed n).
+void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const MoeDispatch& d, const float* x,
+                       int64_t ld_x, int64_t D, int64_t I, float limit, float* Y, void* workspace,
+                       cudaStream_t stream);
+
+}  // namespace ft::cuda
