@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# GPU checks in one call of the GPU machine.
+#
+#   tools/gpu/run-checks.sh pack        (here, no GPU needed) builds test_cuda, the checker and the
+#                                       GPU benchmarks, and gathers them with the shared libraries they
+#                                       need (ldd) into .gpu-bundle/ (ignored by git; carried to the GPU
+#                                       machine with the working tree, whose tests/fixtures they read).
+#   tools/gpu/run-checks.sh run [what]  (on the GPU machine) runs every `gpu` test, then
+#                                       flashtier-check --backend cuda on every model fixture, then the
+#                                       benchmarks; logs go to $OUT (or .gpu-bundle/out); a table ends it.
+#                                       what: all (default) | tests | check | bench | probe
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUNDLE=$ROOT/.gpu-bundle
+
+pack() {
+  set -e
+  local build=${BUILD_DIR:-$ROOT/build}
+  cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  local targets=(test_cuda)
+  for t in flashtier-check flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla \
+           flashtier-bench-engine; do
+    if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:"; then targets+=("$t"); fi
+  done
+  cmake --build "$build" --target "${targets[@]}" -j"$(nproc)"
+  rm -rf "$BUNDLE/stage"
+  mkdir -p "$BUNDLE/stage/bin" "$BUNDLE/stage/lib"
+  for t in "${targets[@]}"; do
+    strip -o "$BUNDLE/stage/bin/$t" "$build/bin/$t"
+    # Shared libraries outside glibc/libstdc++/libgcc travel along (the GPU machine has neither
+    # gRPC nor GoogleTest).
+    ldd "$build/bin/$t" | awk '/=> \// {print $3}' | while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+        libcuda.so*|libcublas*) ;;  # the driver's and the toolkit's own
+        *) cp -n "$lib" "$BUNDLE/stage/lib/" ;;
+      esac
+    done
+  done
+  tar -C "$BUNDLE/stage" -cJf "$BUNDLE/bundle.tar.xz" bin lib
+  rm -rf "$BUNDLE/stage"
+  ls -la "$BUNDLE/bundle.tar.xz"
+}
+
+probe() {
+  echo "== probe"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | head -3
+  ldd --version 2>&1 | head -1
+  grep -m1 'model name' /proc/cpuinfo; nproc; free -g | head -2
+  ls /usr/local/cuda/lib64/ 2>/dev/null | grep -E 'cublas|cudart' | head
+  find / -xdev -name 'libcublasLt.so*' 2>/dev/null | head -3
+  command -v cuobjdump ncu compute-sanitizer nvcc
+  strings /lib/x86_64-linux-gnu/libstdc++.so.6 2>/dev/null | grep -c GLIBCXX_3.4.3
+}
+
+run() {
+  local what=${1:-all}
+  local out=${OUT:-$BUNDLE/out}
+  mkdir -p "$out" "$BUNDLE/x"
+  tar -C "$BUNDLE/x" -xJf "$BUNDLE/bundle.tar.xz"
+  export LD_LIBRARY_PATH="$BUNDLE/x/lib:${LD_LIBRARY_PATH:-}"
+  export FLASHTIER_SOURCE_DIR=$ROOT
+  if [ -z "${FLASHTIER_CUBLASLT:-}" ]; then
+    FLASHTIER_CUBLASLT=$(find / -xdev -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+    export FLASHTIER_CUBLASLT
+  fi
+  local bin=$BUNDLE/x/bin
+  local table=()
+  if [ "$what" = probe ] || [ "$what" = all ]; then probe 2>&1 | tee "$out/probe.txt"; fi
+  if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = probe ]; then
+    echo "== gpu tests"
+    "$bin/test_cuda" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$out/test_cuda.txt" 2>&1
+    local rc=$?
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/test_cuda.txt" | tail -40
+    tail -3 "$out/test_cuda.txt"
+    table+=("| gpu tests (test_cuda) | rc=$rc | $(grep -E '^\[  PASSED' "$out/test_cuda.txt" | head -1) $(grep -E '^\[  FAILED  \] [0-9]+ test' "$out/test_cuda.txt" | head -1) |")
+  fi
+  if { [ "$what" = check ] || [ "$what" = all ]; } && [ -x "$bin/flashtier-check" ]; then
+    echo "== flashtier-check --backend cuda"
+    for ref in "$ROOT"/tests/fixtures/glm5-*/reference.safetensors "$ROOT"/tests/fixtures/glm5-variants/*/reference.safetensors; do
+      [ -f "$ref" ] || continue
+      local dir name
+      dir=$(dirname "$ref"); name=${dir#"$ROOT"/tests/fixtures/}
+      "$bin/flashtier-check" --backend cuda --model "$dir/model" --reference "$ref" >"$out/check-${name//\//_}.txt" 2>&1
+      local rc=$?
+      table+=("| check $name | rc=$rc | $(tail -1 "$out/check-${name//\//_}.txt") |")
+    done
+  fi
+  if { [ "$what" = bench ] || [ "$what" = all ]; }; then
+    for b in flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla flashtier-bench-engine; do
+      [ -x "$bin/$b" ] || continue
+      echo "== $b"
+      timeout 240 "$bin/$b" ${BENCH_ARGS:-} >"$out/$b.txt" 2>&1
+      table+=("| $b | rc=$? | see $b.txt |")
+      tail -40 "$out/$b.txt"
+    done
+  fi
+  echo
+  echo "| what | status | result |"
+  echo "|---|---|---|"
+  printf '%s\n' "${table[@]}"
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) shift; run "$@" ;;
+  *) sed -n 2,14p "$0"; exit 2 ;;
+esac
