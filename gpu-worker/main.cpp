@@ -1,5 +1,6 @@
 // flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR] [--max-batch-size N]
 //                      [--chunk-size N] [--context-size N] [--max-queue N] [--served-model-name NAME]
+//                      [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]
 // Serves the public Generation API (proto/flashtier/generate.proto) for one model.
 #include <grpcpp/grpcpp.h>
 
@@ -15,7 +16,11 @@ namespace {
 int usage() {
   std::cerr << "usage: flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR]\n"
                "         [--max-batch-size N] [--chunk-size N] [--context-size N] [--max-queue N]\n"
-               "         [--served-model-name NAME]\n"
+               "         [--served-model-name NAME] [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]\n"
+               "  --backend         cuda: the GPU engine; cpu: the fp32 reference engine; auto (default):\n"
+               "                    cuda when a GPU is present, else cpu (the choice is logged at start)\n"
+               "  --device N        CUDA device index (default 0)\n"
+               "  --vram-budget-gb  cap on all VRAM the worker allocates (default: the card's free memory)\n"
                "  --experts local   routed experts in this process (no cpu-expert-worker)\n"
                "  --experts ADDR    shm:<ring> | grpc:<host:port> | auto:<host:port> of a cpu-expert-worker\n";
   return 2;
@@ -42,6 +47,9 @@ int main(int argc, char** argv) {
       else if (a == "--context-size") o.context_size = std::stoll(v);
       else if (a == "--max-queue") o.scheduler.max_queue = std::stoi(v);
       else if (a == "--served-model-name") o.served_model_name = v;
+      else if (a == "--backend") o.backend = v;
+      else if (a == "--device") o.device = std::stoi(v);
+      else if (a == "--vram-budget-gb") o.vram_budget_gb = std::stod(v);
       else return usage();
     }
   } catch (const std::exception& e) {

@@ -3,11 +3,10 @@
 #include <algorithm>
 
 #include "shared/core/error.h"
-#include "shared/sampling/logprobs.h"
 
 namespace ft::worker {
 
-Scheduler::Scheduler(ReferenceEngine& engine, SchedulerOptions opts) : engine_(engine), opts_(std::move(opts)) {
+Scheduler::Scheduler(Engine& engine, SchedulerOptions opts) : engine_(engine), opts_(std::move(opts)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -15,6 +14,12 @@ Scheduler::~Scheduler() {
   stop_ = true;
   cv_.notify_all();
   thread_.join();
+  std::lock_guard<std::mutex> l(m_);
+  for (auto it = running_.begin(); it != running_.end();) {
+    auto next = std::next(it);
+    finish(it);
+    it = next;
+  }
 }
 
 void Scheduler::submit(Request r) {
@@ -37,6 +42,12 @@ void Scheduler::submit(Request r) {
                           std::to_string(n) + " prompt tokens + " + std::to_string(r.params.max_new_tokens) +
                           " new tokens were requested");
   if (r.params.top_logprobs > 20) throw SubmitError(SubmitError::InvalidArgument, "top_logprobs must be at most 20");
+  const int64_t most = engine_.max_tokens_per_sequence();
+  if (n + static_cast<int64_t>(r.params.max_new_tokens) > most)
+    throw SubmitError(SubmitError::ResourceExhausted,
+                      std::to_string(n) + " prompt tokens + " + std::to_string(r.params.max_new_tokens) +
+                          " new tokens do not fit this worker's memory (at most " + std::to_string(most) +
+                          " tokens per sequence); ask for fewer max_tokens");
   {
     std::lock_guard<std::mutex> l(m_);
     const size_t free_slots = static_cast<size_t>(opts_.max_batch_size) - std::min(running_.size(), static_cast<size_t>(opts_.max_batch_size));
@@ -56,6 +67,45 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+void Scheduler::finish(std::list<Sequence>::iterator it) {
+  engine_.close(it->handle);
+  running_.erase(it);
+}
+
+void Scheduler::admit() {
+  while (!waiting_.empty() && running_.size() < static_cast<size_t>(opts_.max_batch_size)) {
+    Request& r = waiting_.front();
+    SequenceSpec spec;
+    spec.sampling = r.params.sampling;
+    spec.logprobs = r.params.logprobs;
+    spec.top_logprobs = static_cast<int32_t>(r.params.top_logprobs);
+    spec.max_tokens = static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens;
+    uint64_t handle = 0;
+    try {
+      handle = engine_.open(spec);
+    } catch (const EngineFull&) {
+      // Memory held by running sequences: the request waits until one of them finishes. Alone
+      // it always fits (submit checked max_tokens_per_sequence), so this cannot wait forever.
+      if (!running_.empty()) return;
+      Outcome o;
+      o.error = "the engine cannot hold this request even alone";
+      r.stream->finish(std::move(o));
+      waiting_.pop_front();
+      ++stats_.failed;
+      continue;
+    } catch (const std::exception& e) {
+      Outcome o;
+      o.error = e.what();
+      r.stream->finish(std::move(o));
+      waiting_.pop_front();
+      ++stats_.failed;
+      continue;
+    }
+    running_.push_back(Sequence{std::move(r), handle});
+    waiting_.pop_front();
+  }
+}
+
 void Scheduler::loop() {
   std::vector<Sequence*> batch;
   while (!stop_) {
@@ -65,12 +115,12 @@ void Scheduler::loop() {
       if (stop_) break;
       // Cancelled requests leave first: their slot is free for this very step.
       for (auto it = running_.begin(); it != running_.end();) {
+        auto next = std::next(it);
         if (it->req.stream->cancelled()) {
           ++stats_.cancelled;
-          it = running_.erase(it);
-        } else {
-          ++it;
+          finish(it);
         }
+        it = next;
       }
       for (auto it = waiting_.begin(); it != waiting_.end();) {
         if (it->stream->cancelled()) {
@@ -80,16 +130,14 @@ void Scheduler::loop() {
           ++it;
         }
       }
-      while (!waiting_.empty() && running_.size() < static_cast<size_t>(opts_.max_batch_size)) {
-        Request r = std::move(waiting_.front());
-        waiting_.pop_front();
-        TokenHistory h;
-        h.add_prompt(r.prompt);
-        Sampler sampler(r.params.sampling);
-        running_.push_back(Sequence{std::move(r), engine_.new_state(), std::move(sampler), std::move(h)});
-      }
+      admit();
       batch.clear();
       for (auto& s : running_) batch.push_back(&s);
+      if (batch.empty() && !waiting_.empty()) {
+        // Nothing runs and the head of the queue does not fit yet: wait for news.
+        cv_.wait_for(l, std::chrono::milliseconds(10));
+        continue;
+      }
     }
     if (!batch.empty()) step(batch);
   }
@@ -97,25 +145,31 @@ void Scheduler::loop() {
 
 void Scheduler::step(std::vector<Sequence*>& batch) {
   // Decode tokens first (one per running sequence), then prefill chunks in arrival order.
-  std::vector<ForwardItem> items;
+  std::vector<StepItem> items;
   std::vector<Sequence*> owners;
   int64_t budget = opts_.chunk_size;
+  const int64_t align = std::max<int64_t>(engine_.prefill_alignment(), 1);
   for (Sequence* s : batch)
     if (s->pending >= 0) {
-      items.push_back({&s->state, std::span<const int32_t>(&s->pending, 1), false, {}});
+      items.push_back({s->handle, std::span<const int32_t>(&s->pending, 1), false, true, LogitsWanted::None});
       owners.push_back(s);
       --budget;
     }
   for (Sequence* s : batch) {
     if (s->pending >= 0 || budget <= 0) continue;
-    const size_t n = std::min<size_t>(s->req.prompt.size() - s->prefilled, static_cast<size_t>(budget));
-    items.push_back({&s->state, std::span<const int32_t>(s->req.prompt).subspan(s->prefilled, n), false, {}});
+    const int64_t left = static_cast<int64_t>(s->req.prompt.size() - s->prefilled);
+    int64_t n = std::min(left, budget);
+    if (n < left) n = std::max(n / align * align, std::min(left, align));  // cut at the alignment
+    const bool last = n == left;
+    items.push_back({s->handle, std::span<const int32_t>(s->req.prompt).subspan(s->prefilled, static_cast<size_t>(n)),
+                     true, last, LogitsWanted::None});
     owners.push_back(s);
-    budget -= static_cast<int64_t>(n);
+    budget -= n;
   }
   std::string failure;
+  std::vector<StepResult> results;
   try {
-    engine_.forward(items);
+    engine_.step(items, results);
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -139,7 +193,7 @@ void Scheduler::step(std::vector<Sequence*>& batch) {
       if (s.prefilled < s.req.prompt.size()) continue;  // more prompt to go
     }
     ++new_tokens;
-    if (std::optional<Outcome> o = emit(s, items[i].logits)) {
+    if (std::optional<Outcome> o = emit(s, results[i])) {
       outcomes.emplace_back(s.req.stream, std::move(*o));
       done.push_back(&s);
     }
@@ -150,25 +204,23 @@ void Scheduler::step(std::vector<Sequence*>& batch) {
     stats_.prompt_tokens += prompt_tokens;
     stats_.generated_tokens += new_tokens;
     if (!failure.empty()) stats_.failed += done.size();
-    running_.remove_if([&](const Sequence& s) { return std::find(done.begin(), done.end(), &s) != done.end(); });
+    for (auto it = running_.begin(); it != running_.end();) {
+      auto next = std::next(it);
+      if (std::find(done.begin(), done.end(), &*it) != done.end()) finish(it);
+      it = next;
+    }
   }
   for (auto& [stream, o] : outcomes) stream->finish(std::move(o));
 }
 
-std::optional<Outcome> Scheduler::emit(Sequence& s, std::vector<float>& logits) {
+std::optional<Outcome> Scheduler::emit(Sequence& s, StepResult& r) {
   const GenerationParams& p = s.req.params;
-  std::vector<float> raw;
-  if (p.logprobs || p.top_logprobs > 0) raw = logits;
-  const int32_t tok = s.sampler.sample(logits, s.history);
+  const int32_t tok = r.token;
   TokenEvent ev;
   ev.token = tok;
-  if (!raw.empty()) {
-    TokenLogprobs lp = token_logprobs(raw, tok, static_cast<int32_t>(p.top_logprobs));
-    ev.logprob = lp.chosen;
-    ev.top = std::move(lp.top);
-  }
+  ev.logprob = r.logprob;
+  ev.top = std::move(r.top);
   s.req.stream->push(std::move(ev));
-  s.history.add_generated(tok);
   ++s.generated;
   const bool eos = !p.ignore_eos && std::find(opts_.eos_token_ids.begin(), opts_.eos_token_ids.end(), tok) !=
                                         opts_.eos_token_ids.end();

@@ -1,7 +1,9 @@
 #pragma once
 // Continuous batching over the engine: every step decodes one token for each running sequence
 // and spends what is left of the step's token budget (--chunk-size) on prefill chunks, so long
-// prompts never stall running streams. Sequences join and leave between steps.
+// prompts never stall running streams. Sequences join and leave between steps; a prefill chunk
+// that does not finish its prompt ends at a multiple of the engine's prefill alignment, so a
+// prompt's tokens do not depend on how it was chunked. Sampling happens inside the engine.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -13,7 +15,7 @@
 #include <vector>
 
 #include "gpu-worker/engine/request.h"
-#include "shared/engine/reference_engine.h"
+#include "shared/engine/engine.h"
 
 namespace ft::worker {
 
@@ -40,7 +42,7 @@ class SubmitError : public std::runtime_error {
 
 class Scheduler {
  public:
-  Scheduler(ReferenceEngine& engine, SchedulerOptions opts);
+  Scheduler(Engine& engine, SchedulerOptions opts);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -53,19 +55,19 @@ class Scheduler {
  private:
   struct Sequence {
     Request req;
-    SequenceState state;
-    Sampler sampler;
-    TokenHistory history;
+    uint64_t handle = 0;  // the engine's sequence
     size_t prefilled = 0;
     uint32_t generated = 0;
     int32_t pending = -1;  // last sampled token, fed at the next step
   };
   void loop();
+  void admit();  // waiting → running while the engine accepts them (called with m_ held)
   void step(std::vector<Sequence*>& batch);
-  // Samples and streams the next token; returns the outcome when the sequence is done.
-  std::optional<Outcome> emit(Sequence& s, std::vector<float>& logits);
+  // Streams the token the engine sampled; returns the outcome when the sequence is done.
+  std::optional<Outcome> emit(Sequence& s, StepResult& r);
+  void finish(std::list<Sequence>::iterator it);  // closes the engine's sequence (m_ held)
 
-  ReferenceEngine& engine_;
+  Engine& engine_;
   const SchedulerOptions opts_;
   mutable std::mutex m_;
   std::condition_variable cv_;

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "gpu-worker/engine/engine_factory.h"
 #include "gpu-worker/service/expert_link.h"
 #include "shared/core/error.h"
 
@@ -44,18 +45,29 @@ WorkerCore::~WorkerCore() {
 void WorkerCore::load() {
   try {
     const bool local = opts_.experts == "local";
+    const std::string backend = resolve_backend(opts_.backend);
     LoadOptions lo;
     lo.routed_experts = local;
+    lo.keep_quantized = backend == "cuda";
     weights_ = std::make_unique<ModelWeights>(load_model(opts_.model_dir, lo));
-    const ModelConfig& c = weights_->cfg;
+    const ModelConfig c = weights_->cfg;
     if (fs::exists(fs::path(opts_.model_dir) / "tokenizer.json"))
       tokenizer_ = text::Tokenizer::from_file(fs::path(opts_.model_dir) / "tokenizer.json");
     eos_ = read_eos_ids(opts_.model_dir);
     if (!local) experts_ = make_expert_backend(opts_.experts, c);
-    engine_ = std::make_unique<ReferenceEngine>(*weights_, experts_.get());
     SchedulerOptions so = opts_.scheduler;
     so.context_size = opts_.context_size > 0 ? opts_.context_size
                                              : std::min<int64_t>(c.max_position_embeddings, 32768);
+    EngineConfig ec;
+    ec.backend = backend;
+    ec.device = opts_.device;
+    ec.vram_budget_bytes = static_cast<uint64_t>(opts_.vram_budget_gb * 1073741824.0);
+    ec.max_sequences = so.max_batch_size;
+    ec.max_tokens_per_step = so.chunk_size + so.max_batch_size;
+    ec.context_size = so.context_size;
+    engine_ = make_engine(*weights_, experts_.get(), ec);
+    if (backend == "cuda") weights_.reset();  // everything lives on the GPU now
+    std::cerr << "gpu-worker: backend " << engine_->stats().backend << std::endl;
     so.eos_token_ids = eos_;
     opts_.scheduler = so;
     scheduler_ = std::make_unique<Scheduler>(*engine_, so);

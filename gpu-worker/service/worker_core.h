@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "gpu-worker/engine/scheduler.h"
+#include "shared/engine/engine.h"
 #include "shared/engine/expert_backend.h"
-#include "shared/engine/reference_engine.h"
+#include "shared/engine/weights.h"
 #include "shared/text/tokenizer.h"
 
 namespace ft::worker {
@@ -21,6 +22,9 @@ struct WorkerOptions {
   std::string model_dir;
   std::string served_model_name;  // default: the model folder's name
   std::string experts = "local";  // "local" or an expert-tier address (see make_expert_backend)
+  std::string backend = "auto";   // "cpu", "cuda", or "auto" (cuda when a GPU is present)
+  int device = 0;                 // CUDA device index
+  double vram_budget_gb = 0;      // 0: the card's free memory
   SchedulerOptions scheduler;
   int64_t context_size = 0;       // 0: min(model max, 32768)
 };
@@ -38,7 +42,8 @@ class WorkerCore {
 
   // Valid once Ready.
   Scheduler& scheduler() { return *scheduler_; }
-  const ModelConfig& config() const { return weights_->cfg; }
+  const ModelConfig& config() const { return engine_->config(); }
+  Engine& engine() { return *engine_; }
   const text::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
   const std::vector<int32_t>& eos_token_ids() const { return eos_; }
   const WorkerOptions& options() const { return opts_; }
@@ -53,7 +58,7 @@ class WorkerCore {
   std::string error_;
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<ExpertBackend> experts_;
-  std::unique_ptr<ReferenceEngine> engine_;
+  std::unique_ptr<Engine> engine_;
   std::unique_ptr<Scheduler> scheduler_;
   std::optional<text::Tokenizer> tokenizer_;
   std::vector<int32_t> eos_;

@@ -24,7 +24,7 @@ void load_bias(const TensorStore& store, const std::string& name, int64_t out, b
 }  // namespace
 
 DenseLinear load_linear(const TensorStore& store, const std::string& name, int64_t out, int64_t in,
-                        bool bias_allowed) {
+                        bool bias_allowed, bool keep_quantized) {
   DenseLinear l;
   l.out = out;
   l.in = in;
@@ -37,8 +37,12 @@ DenseLinear load_linear(const TensorStore& store, const std::string& name, int64
   if (exl3::is_exl3_linear(store, name)) {
     // The exact dense equivalent: decoded trellis with both Hadamard/sign-scale transforms folded
     // in (exl3-format §6.2), sliced to the unpadded [out, in].
-    const exl3::Exl3Linear q = exl3::load_exl3_linear(store, name, out, in);
-    l.w = exl3::dense_weight(q, out, in);
+    auto qp = std::make_shared<exl3::Exl3Linear>(exl3::load_exl3_linear(store, name, out, in));
+    const exl3::Exl3Linear& q = *qp;
+    if (keep_quantized)
+      l.exl3 = qp;
+    else
+      l.w = exl3::dense_weight(q, out, in);
     if (!q.bias.empty()) {
       if (!bias_allowed)
         throw Error(store.get(name + ".bias").where() + ": unexpected bias (this layer has none in glm5_next with this config)");

@@ -14,7 +14,7 @@ namespace {
 // `model.<suffix>` (flat text-only checkpoints), per name.
 class Names {
  public:
-  explicit Names(const TensorStore& st) : st_(st) {}
+  Names(const TensorStore& st, bool keep_quantized) : st_(st), keep_quantized_(keep_quantized) {}
 
   std::string resolve(const std::string& suffix) const {
     for (const char* pre : {"model.language_model.", "model."})
@@ -38,7 +38,7 @@ class Names {
   }
   DenseLinear lin(std::initializer_list<std::string> alts, int64_t out, int64_t in, bool bias = false) const {
     const std::string n = resolve_any_linear(alts);
-    return load_linear(st_, n, out, in, bias);
+    return load_linear(st_, n, out, in, bias, keep_quantized_);
   }
   bool has(const std::string& suffix) const {
     return st_.find("model.language_model." + suffix) || st_.find("model." + suffix);
@@ -58,6 +58,7 @@ class Names {
     return "model.language_model." + *alts.begin();
   }
   const TensorStore& st_;
+  bool keep_quantized_;
 };
 
 MhcWeights load_mhc(const Names& nm, const std::string& p, const char* site, const ModelConfig& c) {
@@ -178,9 +179,9 @@ std::vector<MlpWeights> load_experts(const Names& nm, const std::string& p, cons
     for (int64_t e = 0; e < E; ++e) {
       MlpWeights w;
       const float* base = g.data() + e * 2 * Im * D;
-      w.gate = {Im, D, std::vector<float>(base, base + Im * D), {}};
-      w.up = {Im, D, std::vector<float>(base + Im * D, base + 2 * Im * D), {}};
-      w.down = {D, Im, std::vector<float>(d.data() + e * D * Im, d.data() + (e + 1) * D * Im), {}};
+      w.gate = {Im, D, std::vector<float>(base, base + Im * D), {}, nullptr};
+      w.up = {Im, D, std::vector<float>(base + Im * D, base + 2 * Im * D), {}, nullptr};
+      w.down = {D, Im, std::vector<float>(d.data() + e * D * Im, d.data() + (e + 1) * D * Im), {}, nullptr};
       ex.push_back(std::move(w));
     }
     return ex;
@@ -195,16 +196,18 @@ ModelWeights load_model(const std::string& dir, const LoadOptions& opts) {
   ModelWeights m;
   m.cfg = load_config(dir);
   const ModelConfig& c = m.cfg;
-  const TensorStore st = TensorStore::open(dir);
-  const Names nm(st);
+  auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
+  m.store = store;
+  const TensorStore& st = *store;
+  const Names nm(st, opts.keep_quantized);
   const int64_t V = c.vocab_size, D = c.hidden_size;
 
   m.embed = nm.vec({"embed_tokens.weight"}, {V, D});
   m.final_norm = nm.vec({"norm.weight"}, {D});
   if (has_linear(st, "lm_head")) {
-    m.lm_head = load_linear(st, "lm_head", V, D);
+    m.lm_head = load_linear(st, "lm_head", V, D, false, opts.keep_quantized);
   } else if (c.tie_word_embeddings) {
-    m.lm_head = {V, D, m.embed, {}};
+    m.lm_head = {V, D, m.embed, {}, nullptr};
   } else {
     throw Error(st.source() + ": missing tensor lm_head.weight (and tie_word_embeddings is false)");
   }

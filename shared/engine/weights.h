@@ -2,6 +2,7 @@
 // All weights of a glm5_next text model in fp32, grouped by layer and op, as the reference
 // engine consumes them. Loading resolves both on-disk spellings (spec §2.1, §2.4) and checks
 // every shape against the config.
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,6 +70,8 @@ struct LayerWeights {
 
 struct ModelWeights {
   ModelConfig cfg;
+  // The checkpoint's mapped files (quantized linears point into them).
+  std::shared_ptr<const TensorStore> store;
   std::vector<float> embed;  // [V, D]
   std::vector<float> final_norm;
   DenseLinear lm_head;       // [V, D]
@@ -78,6 +81,8 @@ struct ModelWeights {
 struct LoadOptions {
   // The gpu-worker leaves routed experts to the cpu-expert-worker and never reads them.
   bool routed_experts = true;
+  // The CUDA engine keeps EXL3 linears quantized (DenseLinear::exl3) instead of densifying them.
+  bool keep_quantized = false;
 };
 
 // Loads config.json and the safetensors of `dir`. Throws ft::Error naming file and tensor.

@@ -111,7 +111,7 @@ TEST(FixtureCheck, CommandLinePrintsTheSummaryAndExitCode) {
   const int rc = pclose(p);
   EXPECT_EQ(WEXITSTATUS(rc), 0) << out;
   const std::string last = out.substr(out.rfind("fixture-check:"));
-  EXPECT_TRUE(std::regex_match(last, std::regex(R"(fixture-check: cases=3 prefill_rel_l2=\S+ decode_rel_l2=\S+ top1=1\.0000 greedy=96/96\n)")))
+  EXPECT_TRUE(std::regex_match(last, std::regex(R"(fixture-check: cases=3 prefill_rel_l2=\S+ decode_rel_l2=\S+ top1=1\.0000 greedy=96/96 near_ties=0\n)")))
       << last;
   // Bad arguments and bad files: exit 2 with a message, no crash.
   EXPECT_EQ(WEXITSTATUS(std::system((bin + " --model /nonexistent --reference /nonexistent >/dev/null 2>&1").c_str())), 2);

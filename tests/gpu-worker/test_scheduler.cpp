@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "gpu-worker/engine/scheduler.h"
+#include "shared/engine/cpu_engine.h"
 #include "shared/model/tensor_convert.h"
 #include "tests/support/test_paths.h"
 
@@ -64,7 +65,7 @@ Request greedy(const std::vector<int32_t>& prompt, uint32_t max_new) {
 }  // namespace
 
 TEST(Scheduler, GreedyReproducesTheFixtureWithSmallPrefillChunks) {
-  ReferenceEngine eng(tiny_chat());
+  CpuEngine eng(tiny_chat(), nullptr, 8);
   SchedulerOptions o;
   o.chunk_size = 7;  // prompts of 20-41 tokens arrive in several steps
   Scheduler s(eng, o);
@@ -82,7 +83,7 @@ TEST(Scheduler, GreedyReproducesTheFixtureWithSmallPrefillChunks) {
 }
 
 TEST(Scheduler, EightConcurrentSequencesMatchSequentialOnes) {
-  ReferenceEngine eng(tiny_chat());
+  CpuEngine eng(tiny_chat(), nullptr, 8);
   SchedulerOptions o;
   o.max_batch_size = 8;
   Scheduler s(eng, o);
@@ -110,7 +111,7 @@ TEST(Scheduler, EightConcurrentSequencesMatchSequentialOnes) {
 }
 
 TEST(Scheduler, StopsOnEosAndOnStopTokens) {
-  ReferenceEngine eng(tiny_chat());
+  CpuEngine eng(tiny_chat(), nullptr, 8);
   const Case c = fixture_case(0);
   SchedulerOptions o;
   o.eos_token_ids = {c.generated[5]};
@@ -134,7 +135,7 @@ TEST(Scheduler, StopsOnEosAndOnStopTokens) {
 }
 
 TEST(Scheduler, ContextLimitAndValidation) {
-  ReferenceEngine eng(tiny_chat());
+  CpuEngine eng(tiny_chat(), nullptr, 8);
   SchedulerOptions o;
   o.context_size = 30;
   Scheduler s(eng, o);
@@ -162,7 +163,7 @@ TEST(Scheduler, ContextLimitAndValidation) {
 }
 
 TEST(Scheduler, CancelledRequestsFreeTheirSlotAndQueueLimitsHold) {
-  ReferenceEngine eng(tiny_chat());
+  CpuEngine eng(tiny_chat(), nullptr, 8);
   SchedulerOptions o;
   o.max_batch_size = 1;
   o.max_queue = 1;
@@ -184,7 +185,7 @@ TEST(Scheduler, CancelledRequestsFreeTheirSlotAndQueueLimitsHold) {
 }
 
 TEST(Scheduler, SeededSamplingIsReproducibleAcrossBatches) {
-  ReferenceEngine eng(tiny_chat());
+  CpuEngine eng(tiny_chat(), nullptr, 8);
   Scheduler s(eng, {});
   const Case c = fixture_case(1);
   auto sampled = [&](uint64_t seed) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "gpu-worker/engine/engine_factory.h"
 #include "shared/core/error.h"
 #include "shared/engine/reference_engine.h"
 #include "shared/sampling/sampler.h"
@@ -150,21 +151,143 @@ void compare_internals(const TensorStore& ref, const ModelConfig& c, const Inter
   }
 }
 
+
+
+// The engine under test, one sequence at a time.
+class Subject {
+ public:
+  virtual ~Subject() = default;
+  virtual void begin(int64_t max_tokens, ForwardObserver* obs) = 0;
+  virtual std::vector<float> prefill(const std::vector<int32_t>& ids) = 0;  // [n, V]
+  virtual std::vector<float> decode(int32_t token) = 0;                     // [V]
+  virtual void end() = 0;
+};
+
+class ReferenceSubject final : public Subject {
+ public:
+  explicit ReferenceSubject(const ModelWeights& w) : eng_(w) {}
+  void begin(int64_t, ForwardObserver* obs) override {
+    st_ = eng_.new_state();
+    obs_ = obs;
+  }
+  std::vector<float> prefill(const std::vector<int32_t>& ids) override { return eng_.prefill(st_, ids, true, obs_); }
+  std::vector<float> decode(int32_t t) override { return eng_.decode(st_, t); }
+  void end() override {}
+
+ private:
+  ReferenceEngine eng_;
+  SequenceState st_;
+  ForwardObserver* obs_ = nullptr;
+};
+
+// Any Engine (the CUDA engine): logits come back because the items ask for them.
+class EngineSubject final : public Subject {
+ public:
+  explicit EngineSubject(std::unique_ptr<Engine> e) : eng_(std::move(e)) {}
+  void begin(int64_t max_tokens, ForwardObserver*) override {
+    SequenceSpec spec;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = max_tokens;
+    seq_ = eng_->open(spec);
+  }
+  std::vector<float> prefill(const std::vector<int32_t>& ids) override {
+    return run(ids, true, LogitsWanted::All);
+  }
+  std::vector<float> decode(int32_t t) override { return run({t}, false, LogitsWanted::Last); }
+  void end() override { eng_->close(seq_); }
+  Engine& engine() { return *eng_; }
+
+ private:
+  std::vector<float> run(const std::vector<int32_t>& ids, bool prompt, LogitsWanted w) {
+    StepItem it;
+    it.seq = seq_;
+    it.tokens = ids;
+    it.prompt = prompt;
+    it.sample = true;
+    it.logits = w;
+    std::vector<StepResult> r;
+    eng_->step(std::span<const StepItem>(&it, 1), r);
+    return std::move(r.at(0).logits);
+  }
+  std::unique_ptr<Engine> eng_;
+  uint64_t seq_ = 0;
+};
+
+// The reference's margin between its two best logits, over the row's RMS.
+double top2_gap_over_rms(const float* ref, int64_t n) {
+  float a = -INFINITY, b = -INFINITY;
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ss += static_cast<double>(ref[i]) * ref[i];
+    if (ref[i] > a) {
+      b = a;
+      a = ref[i];
+    } else if (ref[i] > b) {
+      b = ref[i];
+    }
+  }
+  const double rms = std::sqrt(ss / static_cast<double>(std::max<int64_t>(n, 1)));
+  return (static_cast<double>(a) - b) / std::max(rms, 1e-30);
+}
+
 }  // namespace
 
+void FixtureCheckOptions::set_backend_tolerances() {
+  if (backend == "cuda") {
+    max_rel_l2 = 3e-3;
+    min_top1 = 0.99;
+    near_tie_gap = 8 * 3e-3;  // a flip needs an error of the gap's size: ≈ 8× the tolerated rel L2
+  } else {
+    max_rel_l2 = 1e-4;
+    min_top1 = 1.0;
+    near_tie_gap = 0.0;
+  }
+}
+
 std::string FixtureCheckResult::summary_line() const {
-  char b[256];
-  std::snprintf(b, sizeof b, "fixture-check: cases=%zu prefill_rel_l2=%.3e decode_rel_l2=%.3e top1=%.4f greedy=%lld/%lld",
+  char b[320];
+  std::snprintf(b, sizeof b,
+                "fixture-check: cases=%zu prefill_rel_l2=%.3e decode_rel_l2=%.3e top1=%.4f greedy=%lld/%lld near_ties=%lld",
                 cases.size(), prefill_rel_l2, decode_rel_l2, top1, static_cast<long long>(greedy_agree),
-                static_cast<long long>(greedy_total));
+                static_cast<long long>(greedy_total), static_cast<long long>(near_ties));
   return b;
 }
 
 FixtureCheckResult run_fixture_check(const FixtureCheckOptions& opts, std::ostream& log) {
-  const ModelWeights w = load_model(opts.model_dir);
   const TensorStore ref = TensorStore::open(opts.reference);
-  ReferenceEngine eng(w);
-  const int64_t V = w.cfg.vocab_size;
+  std::unique_ptr<ModelWeights> host;
+  std::unique_ptr<Subject> subject;
+  ModelConfig cfg;
+  if (opts.backend == "cpu") {
+    host = std::make_unique<ModelWeights>(load_model(opts.model_dir));
+    cfg = host->cfg;
+    subject = std::make_unique<ReferenceSubject>(*host);
+  } else {
+    if (opts.internals) throw Error("--internals is only available with --backend cpu");
+    int64_t most = 0, longest = 0;
+    for (int64_t ci = 0;; ++ci) {
+      const TensorInfo* ids = ref.find("case" + std::to_string(ci) + ".input_ids");
+      if (!ids) break;
+      const TensorInfo* g = ref.find("case" + std::to_string(ci) + ".generated_ids");
+      longest = std::max(longest, ids->numel());
+      most = std::max(most, ids->numel() + (g ? g->numel() : 0) + 1);
+    }
+    LoadOptions lo;
+    lo.keep_quantized = true;
+    ModelWeights w = load_model(opts.model_dir, lo);
+    cfg = w.cfg;
+    worker::EngineConfig ec;
+    ec.backend = worker::resolve_backend(opts.backend);
+    ec.device = opts.device;
+    ec.vram_budget_bytes = static_cast<uint64_t>(opts.vram_budget_gb * 1073741824.0);
+    ec.max_sequences = 1;
+    ec.max_tokens_per_step = std::max<int64_t>(longest, 1);
+    ec.context_size = std::max<int64_t>(most, 1);
+    auto e = worker::make_engine(w, nullptr, ec);
+    log << "backend: " << e->stats().backend << "\n";
+    subject = std::make_unique<EngineSubject>(std::move(e));
+  }
+  const int64_t V = cfg.vocab_size;
   FixtureCheckResult res;
   int64_t top1_agree = 0, top1_total = 0;
   using clock = std::chrono::steady_clock;
@@ -189,11 +312,11 @@ FixtureCheckResult run_fixture_check(const FixtureCheckOptions& opts, std::ostre
     cr.prompt_len = static_cast<int64_t>(ids.size());
     cr.decode_steps = static_cast<int64_t>(gen.size());
 
-    SequenceState st = eng.new_state();
-    InternalsRecorder rec(w.cfg.hc_mult * w.cfg.hidden_size);
+    InternalsRecorder rec(cfg.hc_mult * cfg.hidden_size);
     const bool record = opts.internals && ci == 0;
+    subject->begin(cr.prompt_len + cr.decode_steps + 1, record ? &rec : nullptr);
     auto t0 = clock::now();
-    const auto logits = eng.prefill(st, ids, true, record ? &rec : nullptr);
+    const auto logits = subject->prefill(ids);
     const double pre_s = std::chrono::duration<double>(clock::now() - t0).count();
     cr.prefill_tok_s = static_cast<double>(ids.size()) / std::max(pre_s, 1e-9);
     // Folds one logits row into the case's figures; `next` is the stored greedy token this row
@@ -209,39 +332,50 @@ FixtureCheckResult run_fixture_check(const FixtureCheckOptions& opts, std::ostre
       cr.top1_agree += rc.same_argmax;
       ++cr.top1_total;
       if (next >= 0) {
-        cr.greedy_agree += rc.argmax == next;
+        const bool agree = rc.argmax == next;
+        cr.greedy_agree += agree;
         ++cr.greedy_total;
+        if (!agree && top2_gap_over_rms(ref_row, V) < opts.near_tie_gap) ++cr.near_ties;
       }
     };
+    if (static_cast<int64_t>(logits.size()) != cr.prompt_len * V)
+      throw Error("the engine returned " + std::to_string(logits.size()) + " prefill logits, expected " +
+                  std::to_string(cr.prompt_len * V));
     for (int64_t t = 0; t < cr.prompt_len; ++t)
       account(logits.data() + t * V, pl.data() + t * V, cr.prefill_rel_l2,
               t == cr.prompt_len - 1 && !gen.empty() ? gen[0] : -1);
     t0 = clock::now();
     for (size_t i = 0; i < gen.size(); ++i) {
-      const auto step = eng.decode(st, static_cast<int32_t>(gen[i]));
+      const auto step = subject->decode(static_cast<int32_t>(gen[i]));
+      if (static_cast<int64_t>(step.size()) != V) throw Error("the engine returned a decode row of the wrong size");
       // The last row predicts a token that is not stored.
       account(step.data(), dl.data() + i * V, cr.decode_rel_l2, i + 1 < gen.size() ? gen[i + 1] : -1);
     }
     const double dec_s = std::chrono::duration<double>(clock::now() - t0).count();
+    subject->end();
     cr.decode_tok_s = gen.empty() ? 0.0 : static_cast<double>(gen.size()) / std::max(dec_s, 1e-9);
-    char line[320];
+    char line[360];
     std::snprintf(line, sizeof line,
                   "case %lld: prompt=%lld decode=%lld prefill_rel_l2=%.3e decode_rel_l2=%.3e max_abs=%.3e top1=%lld/%lld "
-                  "greedy=%lld/%lld prefill_tok_s=%.1f decode_tok_s=%.1f",
+                  "greedy=%lld/%lld near_ties=%lld prefill_tok_s=%.1f decode_tok_s=%.1f",
                   static_cast<long long>(ci), static_cast<long long>(cr.prompt_len),
                   static_cast<long long>(cr.decode_steps), cr.prefill_rel_l2, cr.decode_rel_l2, cr.max_abs,
                   static_cast<long long>(cr.top1_agree), static_cast<long long>(cr.top1_total),
-                  static_cast<long long>(cr.greedy_agree), static_cast<long long>(cr.greedy_total), cr.prefill_tok_s,
-                  cr.decode_tok_s);
+                  static_cast<long long>(cr.greedy_agree), static_cast<long long>(cr.greedy_total),
+                  static_cast<long long>(cr.near_ties), cr.prefill_tok_s, cr.decode_tok_s);
     log << line << "\n";
     if (cr.ref_nonfinite_rows > 0)
       log << "  warning: " << cr.ref_nonfinite_rows
           << " reference rows hold NaN/inf (transformers' fully masked attention) and were not compared\n";
-    if (record) compare_internals(ref, w.cfg, rec, opts, res, log);
+    if (cr.near_ties > 0)
+      log << "  note: " << cr.near_ties << " greedy disagreement(s) where the reference's top-2 gap is below "
+          << opts.near_tie_gap << "·rms (near ties)\n";
+    if (record) compare_internals(ref, cfg, rec, opts, res, log);
     res.prefill_rel_l2 = std::max(res.prefill_rel_l2, cr.prefill_rel_l2);
     res.decode_rel_l2 = std::max(res.decode_rel_l2, cr.decode_rel_l2);
     res.greedy_agree += cr.greedy_agree;
     res.greedy_total += cr.greedy_total;
+    res.near_ties += cr.near_ties;
     top1_agree += cr.top1_agree;
     top1_total += cr.top1_total;
     res.cases.push_back(cr);
@@ -249,7 +383,8 @@ FixtureCheckResult run_fixture_check(const FixtureCheckOptions& opts, std::ostre
   if (res.cases.empty()) throw Error(opts.reference + ": no case0.input_ids: not a fixture reference file");
   res.top1 = top1_total ? static_cast<double>(top1_agree) / static_cast<double>(top1_total) : 0.0;
   res.passed = res.prefill_rel_l2 <= opts.max_rel_l2 && res.decode_rel_l2 <= opts.max_rel_l2 &&
-               top1_agree == top1_total && res.greedy_agree == res.greedy_total && res.internals_ok;
+               res.top1 >= opts.min_top1 && res.greedy_agree + res.near_ties == res.greedy_total &&
+               res.internals_ok;
   return res;
 }
 

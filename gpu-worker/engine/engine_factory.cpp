@@ -1,0 +1,48 @@
+#include "gpu-worker/engine/engine_factory.h"
+
+#include "shared/core/error.h"
+#include "shared/engine/cpu_engine.h"
+
+#ifdef FLASHTIER_HAVE_CUDA
+#include "gpu-worker/backends/cuda/core/device.h"
+#include "gpu-worker/backends/cuda/engine/cuda_engine.h"
+#endif
+
+namespace ft::worker {
+
+std::string resolve_backend(const std::string& requested) {
+#ifdef FLASHTIER_HAVE_CUDA
+  const bool gpu = cuda::device_count() > 0;
+#else
+  const bool gpu = false;
+#endif
+  if (requested == "auto") return gpu ? "cuda" : "cpu";
+  if (requested == "cpu") return "cpu";
+  if (requested == "cuda") {
+#ifndef FLASHTIER_HAVE_CUDA
+    throw Error("--backend cuda: this build has no CUDA backend (nvcc was not found when it was configured)");
+#else
+    if (!gpu) throw Error("--backend cuda: no CUDA device is visible to this process");
+    return "cuda";
+#endif
+  }
+  throw Error("unknown backend '" + requested + "' (expected cpu, cuda or auto)");
+}
+
+std::unique_ptr<Engine> make_engine(const ModelWeights& w, ExpertBackend* experts, const EngineConfig& c) {
+  if (c.backend == "cpu") return std::make_unique<CpuEngine>(w, experts, c.max_sequences);
+#ifdef FLASHTIER_HAVE_CUDA
+  if (c.backend == "cuda") {
+    cuda::CudaEngineOptions o;
+    o.device = c.device;
+    o.vram_budget_bytes = c.vram_budget_bytes;
+    o.max_sequences = c.max_sequences;
+    o.max_tokens_per_step = c.max_tokens_per_step;
+    o.context_size = c.context_size;
+    return std::make_unique<cuda::CudaEngine>(w, experts, o);
+  }
+#endif
+  throw Error("backend '" + c.backend + "' is not available in this build");
+}
+
+}  // namespace ft::worker

@@ -1,0 +1,30 @@
+#pragma once
+// Which engine a gpu-worker runs: the fp32 reference engine on the CPU, or the CUDA engine.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shared/engine/engine.h"
+#include "shared/engine/expert_backend.h"
+#include "shared/engine/weights.h"
+
+namespace ft::worker {
+
+struct EngineConfig {
+  std::string backend = "cpu";     // resolved: "cpu" or "cuda"
+  int device = 0;
+  uint64_t vram_budget_bytes = 0;  // 0: the card's free memory
+  int max_sequences = 8;
+  int64_t max_tokens_per_step = 8192;
+  int64_t context_size = 32768;
+};
+
+// "auto" → "cuda" when this build has the CUDA backend and a GPU is present, else "cpu".
+// Throws ft::Error for "cuda" without either, or an unknown name.
+std::string resolve_backend(const std::string& requested);
+
+// The engine over `w` (which must outlive a CPU engine; a CUDA engine copies what it needs to
+// the GPU during construction). `experts`: routed experts elsewhere (null: in `w`).
+std::unique_ptr<Engine> make_engine(const ModelWeights& w, ExpertBackend* experts, const EngineConfig& c);
+
+}  // namespace ft::worker
