@@ -1,0 +1,252 @@
+#include "gpu-worker/backends/cuda/engine/cuda_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/engine/decode_graphs.h"
+#include "gpu-worker/backends/cuda/engine/device_model.h"
+#include "gpu-worker/backends/cuda/engine/forward.h"
+#include "gpu-worker/backends/cuda/engine/gpu_sampler.h"
+#include "gpu-worker/backends/cuda/engine/sequence_pool.h"
+#include "gpu-worker/backends/cuda/engine/step_buffers.h"
+
+namespace ft::cuda {
+
+struct CudaEngine::Seq {
+  int slot = -1;
+  SequenceSpec spec;
+  int64_t length = 0;
+};
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool experts_present(const ModelWeights& w) {
+  for (const LayerWeights& L : w.layers)
+    if (L.moe && L.moe->experts.empty()) return false;
+  return true;
+}
+
+}  // namespace
+
+CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const CudaEngineOptions& o)
+    : opts_(o), cfg_(w.cfg), host_experts_(host_experts) {
+  dev_ = use_device(o.device);
+  FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  budget_ = std::make_unique<VramBudget>(o.vram_budget_bytes);
+  if (!experts_present(w) && !host_experts_)
+    throw Error("the CUDA engine got a model without routed experts and no expert tier to compute them");
+  try {
+    model_ = upload_model(w, *budget_);
+  } catch (const VramExhausted& e) {
+    throw VramExhausted(std::string("the model's weights do not fit this GPU's budget: ") + e.what());
+  }
+  StepLimits lim;
+  lim.max_tokens = std::max<int64_t>(o.max_tokens_per_step, 1);
+  lim.max_logit_rows = std::max<int64_t>(o.max_sequences, 64);
+  lim.max_pools = std::max<int64_t>(o.context_size / std::max<int64_t>(cfg_.index_kpool, 1), 1);
+  bufs_ = std::make_unique<StepBuffers>();
+  try {
+    bufs_->allocate(cfg_, lim, model_->max_linear_in, *budget_);
+  } catch (const VramExhausted& e) {
+    throw VramExhausted(std::string("no room for the activations of a ") + std::to_string(lim.max_tokens) +
+                        "-token step (lower --chunk-size): " + e.what());
+  }
+  // KDA states of every slot, then as many cache blocks as the rest of the budget holds (no more
+  // than every slot at full context can use).
+  const uint64_t slot_bytes = SequencePool::slot_bytes(cfg_) * static_cast<uint64_t>(o.max_sequences);
+  const uint64_t block_bytes = SequencePool::block_bytes(cfg_);
+  const int64_t bt = kPoolsPerBlock * cfg_.index_kpool;
+  int64_t blocks = 0;
+  if (block_bytes > 0) {
+    const uint64_t avail = budget_->available();
+    const uint64_t need_fixed = slot_bytes + o.reserve_bytes + (1u << 20);
+    if (avail <= need_fixed + block_bytes)
+      throw VramExhausted("no room for the KV cache: " + std::to_string(avail >> 20) + " MiB left after weights and " +
+                          "activations, the sequence states need " + std::to_string(need_fixed >> 20) + " MiB");
+    blocks = static_cast<int64_t>((avail - need_fixed) / block_bytes);
+    blocks = std::min<int64_t>(blocks, static_cast<int64_t>(o.max_sequences) * ceil_div(o.context_size, bt));
+  }
+  pool_ = std::make_unique<SequencePool>(cfg_, o.max_sequences, blocks, o.context_size, *budget_);
+  fwd_ = std::make_unique<ForwardPass>(*model_, *pool_, *bufs_, experts_present(w) ? nullptr : host_experts_);
+  graphs_ = std::make_unique<DecodeGraphs>(*budget_);
+  sampler_ = std::make_unique<GpuSampler>(o.max_sequences, cfg_.vocab_size, lim.max_logit_rows, *budget_);
+  host_rows_len_ = 3 * lim.max_tokens + lim.max_logit_rows;
+  FT_CUDA_CHECK(cudaMallocHost(&host_rows_, static_cast<size_t>(host_rows_len_) * sizeof(int32_t)));
+  FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::cerr << "cuda engine: " << dev_.summary() << "; VRAM " << budget_->report() << "; " << blocks
+            << " cache blocks of " << bt << " tokens" << std::endl;
+}
+
+CudaEngine::~CudaEngine() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  graphs_.reset();
+  if (host_rows_) cudaFreeHost(host_rows_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+int64_t CudaEngine::max_tokens_per_sequence() const { return pool_->max_tokens_per_sequence(); }
+
+uint64_t CudaEngine::open(const SequenceSpec& spec) {
+  if (spec.top_logprobs < 0 || spec.top_logprobs > 20) throw Error("top_logprobs must be in [0, 20]");
+  const int slot = pool_->open(std::max<int64_t>(spec.max_tokens, 1), stream_);
+  sampler_->open(slot, spec, stream_);
+  auto s = std::make_unique<Seq>();
+  s->slot = slot;
+  s->spec = spec;
+  const uint64_t id = next_++;
+  seqs_.emplace(id, std::move(s));
+  return id;
+}
+
+void CudaEngine::close(uint64_t seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  pool_->close(it->second->slot);
+  seqs_.erase(it);
+}
+
+void CudaEngine::step(std::span<const StepItem> items, std::vector<StepResult>& results) {
+  // Everything that can be refused is checked before any state changes.
+  int64_t N = 0;
+  std::vector<Seq*> seq(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto it = seqs_.find(items[i].seq);
+    if (it == seqs_.end()) throw Error("step: sequence " + std::to_string(items[i].seq) + " is not open");
+    seq[i] = it->second.get();
+    for (size_t j = 0; j < i; ++j)
+      if (seq[j] == seq[i]) throw Error("step: a sequence appears twice in one step");
+    for (int32_t t : items[i].tokens)
+      if (t < 0 || t >= cfg_.vocab_size)
+        throw Error("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                    std::to_string(cfg_.vocab_size) + ")");
+    N += static_cast<int64_t>(items[i].tokens.size());
+  }
+  if (N > bufs_->lim.max_tokens)
+    throw Error("step of " + std::to_string(N) + " tokens exceeds this engine's " +
+                std::to_string(bufs_->lim.max_tokens) + "-token steps");
+  run_step(items, results);
+}
+
+void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResult>& results) {
+  const int64_t V = cfg_.vocab_size, R = bufs_->lim.max_logit_rows, T = bufs_->lim.max_tokens;
+  results.assign(items.size(), {});
+  // Decode rows first, then prefill spans (forward.h).
+  std::vector<size_t> order;
+  auto is_decode = [&](const StepItem& it) { return !it.prompt && it.tokens.size() == 1; };
+  for (size_t i = 0; i < items.size(); ++i)
+    if (is_decode(items[i])) order.push_back(i);
+  const int64_t decode_rows = static_cast<int64_t>(order.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!is_decode(items[i]) && !items[i].tokens.empty()) order.push_back(i);
+
+  int32_t* tok = host_rows_;
+  int32_t* slot = host_rows_ + T;
+  int32_t* pos = host_rows_ + 2 * T;
+  int32_t* lrows = host_rows_ + 3 * T;
+  StepPlan plan;
+  plan.decode_rows = decode_rows;
+  // Logit rows, in order: (item, token row); the last one of a sampling item is sampled.
+  struct LogitRow {
+    size_t item;
+    int32_t row;
+    bool sample;
+  };
+  std::vector<LogitRow> want;
+  std::vector<int64_t> row0(items.size(), 0);
+  int64_t r = 0;
+  for (size_t i : order) {
+    const StepItem& it = items[i];
+    Seq& s = *seqs_.at(it.seq);
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    pool_->cover(s.slot, s.length + n, stream_);
+    row0[i] = r;
+    for (int64_t t = 0; t < n; ++t) {
+      tok[r + t] = it.tokens[t];
+      slot[r + t] = s.slot;
+      pos[r + t] = static_cast<int32_t>(s.length + t);
+    }
+    if (!is_decode(it)) plan.prefill.push_back({r, n, s.slot, s.length});
+    if (it.logits == LogitsWanted::All)
+      for (int64_t t = 0; t < n; ++t) want.push_back({i, static_cast<int32_t>(r + t), it.sample && t == n - 1});
+    else if (it.sample || it.logits == LogitsWanted::Last)
+      want.push_back({i, static_cast<int32_t>(r + n - 1), it.sample});
+    r += n;
+  }
+  plan.rows = r;
+  if (plan.rows == 0) return;
+  for (size_t i = 0; i < want.size() && static_cast<int64_t>(i) < R; ++i) lrows[i] = want[i].row;
+  plan.logit_rows = std::min<int64_t>(static_cast<int64_t>(want.size()), R);
+  StepBuffers& b = *bufs_;
+  FT_CUDA_CHECK(cudaMemcpyAsync(b.tokens, tok, plan.rows * 4, cudaMemcpyHostToDevice, stream_));
+  FT_CUDA_CHECK(cudaMemcpyAsync(b.slot, slot, plan.rows * 4, cudaMemcpyHostToDevice, stream_));
+  FT_CUDA_CHECK(cudaMemcpyAsync(b.pos, pos, plan.rows * 4, cudaMemcpyHostToDevice, stream_));
+  FT_CUDA_CHECK(cudaMemcpyAsync(b.logit_rows, lrows, plan.logit_rows * 4, cudaMemcpyHostToDevice, stream_));
+  for (size_t i : order)
+    if (items[i].prompt) sampler_->add_prompt(seqs_.at(items[i].seq)->slot, items[i].tokens, stream_);
+
+  const bool graph = opts_.graphs && fwd_->graph_safe() && decode_rows == plan.rows &&
+                     plan.rows <= opts_.max_graph_batch && plan.logit_rows == plan.rows &&
+                     std::all_of(items.begin(), items.end(),
+                                 [](const StepItem& it) { return it.sample && it.logits == LogitsWanted::None; });
+  if (graph) {
+    graphs_->run(static_cast<int>(plan.rows), stream_, [&](cudaStream_t s) { fwd_->run(plan, s); });
+    ++graph_steps_;
+  } else {
+    fwd_->run(plan, stream_);
+    ++eager_steps_;
+  }
+
+  // Logits pass by pass (R rows each): sampled rows go to the sampler, requested rows to the host.
+  for (size_t first = 0; first < want.size(); first += static_cast<size_t>(R)) {
+    const size_t n = std::min<size_t>(want.size() - first, static_cast<size_t>(R));
+    if (first > 0) {
+      for (size_t i = 0; i < n; ++i) lrows[i] = want[first + i].row;
+      FT_CUDA_CHECK(cudaMemcpyAsync(b.logit_rows, lrows, n * 4, cudaMemcpyHostToDevice, stream_));
+      fwd_->logits(plan.rows, static_cast<int64_t>(n), stream_);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const LogitRow& w = want[first + i];
+      if (items[w.item].logits == LogitsWanted::None) continue;
+      std::vector<float>& dst = results[w.item].logits;
+      const size_t at = dst.size();
+      dst.resize(at + static_cast<size_t>(V));
+      FT_CUDA_CHECK(cudaMemcpyAsync(dst.data() + at, b.logits + static_cast<int64_t>(i) * V, V * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream_));
+    }
+    // Sampled rows, in runs of consecutive logit rows.
+    for (size_t i = 0; i < n;) {
+      if (!want[first + i].sample) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      std::vector<int> slots;
+      std::vector<StepResult*> outs;
+      while (j < n && want[first + j].sample) {
+        slots.push_back(seqs_.at(items[want[first + j].item].seq)->slot);
+        outs.push_back(&results[want[first + j].item]);
+        ++j;
+      }
+      sampler_->sample(b.logits + static_cast<int64_t>(i) * V, slots, outs, stream_);
+      i = j;
+    }
+  }
+  FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t i : order) seqs_.at(items[i].seq)->length += static_cast<int64_t>(items[i].tokens.size());
+}
+
+EngineStats CudaEngine::stats() const {
+  EngineStats st;
+  st.backend = dev_.summary();
+  const auto by = budget_->by_category();
+  for (int i = 0; i < kVramCategories; ++i)
+    st.memory.emplace_back(vram_category_name(static_cast<VramCategory>(i)), by[i]);
+  st.memory_budget = budget_->budget();
+  return st;
+}
+
+}  // namespace ft::cuda

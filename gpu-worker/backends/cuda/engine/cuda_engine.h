@@ -1,0 +1,86 @@
+#pragma once
+// The CUDA engine: the whole glm5_next forward pass on one GPU behind the Engine interface
+// (shared/engine/engine.h), with the per-sequence state in VRAM (sequence_pool.h), every buffer
+// counted against --vram-budget-gb (core/vram.h), decode steps replayed from CUDA graphs
+// captured per batch size, and sampling next to the logits.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu-worker/backends/cuda/core/device.h"
+#include "gpu-worker/backends/cuda/core/vram.h"
+#include "shared/engine/engine.h"
+#include "shared/engine/expert_backend.h"
+#include "shared/engine/weights.h"
+
+namespace ft::cuda {
+
+struct DeviceModel;
+class SequencePool;
+struct StepBuffers;
+class ForwardPass;
+class DecodeGraphs;
+class GpuSampler;
+
+struct CudaEngineOptions {
+  int device = 0;
+  uint64_t vram_budget_bytes = 0;  // 0: the card's free memory
+  int max_sequences = 8;
+  int64_t max_tokens_per_step = 8192;
+  int64_t context_size = 32768;
+  bool graphs = true;              // replay decode steps from CUDA graphs
+  int max_graph_batch = 32;        // decode batches up to this size get a graph
+  uint64_t reserve_bytes = 512ull << 20;  // left for CUDA's own allocations (graphs, library workspaces)
+};
+
+class CudaEngine final : public Engine {
+ public:
+  // Uploads `w` (EXL3 linears kept quantized) and plans VRAM; throws ft::Error (VramExhausted
+  // when it does not fit the budget, naming what did not fit).
+  CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const CudaEngineOptions& o);
+  ~CudaEngine() override;
+
+  const ModelConfig& config() const override { return cfg_; }
+  int max_sequences() const override { return opts_.max_sequences; }
+  int64_t prefill_alignment() const override { return 64; }
+  int64_t max_tokens_per_sequence() const override;
+  uint64_t open(const SequenceSpec& spec) override;
+  void close(uint64_t seq) override;
+  void step(std::span<const StepItem> items, std::vector<StepResult>& results) override;
+  EngineStats stats() const override;
+
+  const DeviceInfo& device() const { return dev_; }
+  VramBudget& budget() { return *budget_; }
+  // Decode steps since start that ran from a graph / eagerly.
+  uint64_t graph_steps() const { return graph_steps_; }
+  uint64_t eager_steps() const { return eager_steps_; }
+
+ private:
+  struct Seq;
+  void run_step(std::span<const StepItem> items, std::vector<StepResult>& results);
+
+  CudaEngineOptions opts_;
+  ModelConfig cfg_;
+  DeviceInfo dev_;
+  ExpertBackend* host_experts_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<VramBudget> budget_;
+  std::unique_ptr<DeviceModel> model_;
+  std::unique_ptr<SequencePool> pool_;
+  std::unique_ptr<StepBuffers> bufs_;
+  std::unique_ptr<ForwardPass> fwd_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+  std::unique_ptr<GpuSampler> sampler_;
+  std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
+  uint64_t next_ = 1;
+  uint64_t graph_steps_ = 0, eager_steps_ = 0;
+  // Pinned host staging of the step's row descriptors.
+  int32_t* host_rows_ = nullptr;
+  int64_t host_rows_len_ = 0;
+};
+
+}  // namespace ft::cuda

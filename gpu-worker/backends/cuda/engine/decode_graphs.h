@@ -1,0 +1,32 @@
+#pragma once
+// CUDA graphs of decode steps, one per batch size, captured on first use. A graph holds the
+// launches of a whole step over the fixed step buffers; per-row data (tokens, slots, positions,
+// sampling parameters) lives in device arrays the engine fills before each replay, so one graph
+// serves any B sequences. The memory a graph holds is charged to the VRAM budget (Graphs).
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <map>
+
+#include "gpu-worker/backends/cuda/core/vram.h"
+
+namespace ft::cuda {
+
+class DecodeGraphs {
+ public:
+  explicit DecodeGraphs(VramBudget& budget) : budget_(budget) {}
+  ~DecodeGraphs();
+  DecodeGraphs(const DecodeGraphs&) = delete;
+  DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+
+  // Replays the graph for batch size b on `stream`, capturing `launches(stream)` first if none
+  // exists yet. The launches must be pure (no synchronisation, no host reads of device data).
+  void run(int b, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches);
+  size_t size() const { return graphs_.size(); }
+
+ private:
+  VramBudget& budget_;
+  std::map<int, cudaGraphExec_t> graphs_;
+};
+
+}  // namespace ft::cuda

@@ -1,0 +1,295 @@
+#include "gpu-worker/backends/cuda/engine/device_model.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "shared/core/error.h"
+#include "shared/core/half.h"
+#include "shared/exl3/reference.h"
+
+namespace ft::cuda {
+
+bool LinearGroup::all_dense() const {
+  for (const GpuLinear& p : parts)
+    if (p.exl3) return false;
+  return true;
+}
+
+int64_t LinearGroup::max_in_pad() const { return (in + 7) / 8 * 8; }
+
+namespace {
+
+bool bf16_exact(const std::vector<float>& v) {
+  for (float f : v) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if (b & 0xffffu) return false;
+  }
+  return true;
+}
+
+// The dense fp32 weight of a linear, decoding a quantized one (needed where the GPU wants the
+// weight itself: MLA's per-head kv_b, and EXL3 linears until their fused kernels serve them).
+std::vector<float> host_dense(const DenseLinear& l) {
+  if (!l.w.empty() || !l.exl3) return l.w;
+  return exl3::dense_weight(*l.exl3, l.out, l.in);
+}
+
+class Uploader {
+ public:
+  Uploader(DeviceModel& m, VramBudget& b) : m_(m), b_(b) {}
+
+  void* raw(const void* src, size_t bytes, const std::string& what) {
+    m_.storage.emplace_back(b_, bytes, VramCategory::Weights, what);
+    void* p = m_.storage.back().get();
+    FT_CUDA_CHECK(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+    m_.bytes += bytes;
+    return p;
+  }
+  const float* vec(const std::vector<float>& v, const std::string& what) {
+    if (v.empty()) return nullptr;
+    return static_cast<const float*>(raw(v.data(), v.size() * sizeof(float), what));
+  }
+
+  LinearF16 f16(const float* w, int64_t out, int64_t in, const std::vector<float>* bias, const std::string& what) {
+    const HostLinearF16 h = prepare_linear_f16(w, out, in);
+    LinearF16 L;
+    L.out = out;
+    L.in = in;
+    L.w = static_cast<const __half*>(raw(h.w.data(), h.w.size() * sizeof(uint16_t), what));
+    L.w_scale = h.w_scale;
+    L.bias = bias && !bias->empty() ? vec(*bias, what + ".bias") : nullptr;
+    L.k_chunk = linear_k_chunk(in, out);
+    m_.max_linear_in = std::max(m_.max_linear_in, h.in_pad);
+    return L;
+  }
+
+  // Linears over one input written side by side; fused into one fp16 linear.
+  LinearGroup group(const std::vector<const DenseLinear*>& parts, const std::string& what) {
+    LinearGroup g;
+    g.in = parts.at(0)->in;
+    for (const DenseLinear* p : parts) {
+      if (p->in != g.in) throw Error(what + ": fused linears disagree on their input width");
+      g.offset.push_back(g.out);
+      g.out += p->out;
+    }
+    std::vector<float> W;
+    W.reserve(static_cast<size_t>(g.out * g.in));
+    std::vector<float> bias;
+    bool any_bias = false;
+    for (const DenseLinear* p : parts) any_bias |= !p->bias.empty();
+    for (const DenseLinear* p : parts) {
+      const std::vector<float> d = host_dense(*p);
+      W.insert(W.end(), d.begin(), d.end());
+      if (any_bias) {
+        if (p->bias.empty()) bias.insert(bias.end(), static_cast<size_t>(p->out), 0.0f);
+        else bias.insert(bias.end(), p->bias.begin(), p->bias.end());
+      }
+    }
+    GpuLinear gl;
+    gl.out = g.out;
+    gl.in = g.in;
+    gl.dense = f16(W.data(), g.out, g.in, any_bias ? &bias : nullptr, what);
+    g.parts = {gl};
+    g.offset = {0};
+    return g;
+  }
+  LinearGroup group(const DenseLinear& l, const std::string& what) { return group({&l}, what); }
+
+  LinearF32 f32(const DenseLinear& l, const std::string& what) {
+    const std::vector<float> d = host_dense(l);
+    LinearF32 L;
+    L.out = l.out;
+    L.in = l.in;
+    if (bf16_exact(d)) {
+      std::vector<uint16_t> h(d.size());
+      for (size_t i = 0; i < d.size(); ++i) h[i] = f32_to_bf16(d[i]);
+      L.w = raw(h.data(), h.size() * 2, what);
+      L.w_bf16 = true;
+    } else {
+      L.w = vec(d, what);
+    }
+    return L;
+  }
+  LinearF32 f32(const std::vector<float>& w, int64_t out, int64_t in, const std::string& what) {
+    DenseLinear l;
+    l.out = out;
+    l.in = in;
+    l.w = w;
+    return f32(l, what);
+  }
+
+  MlpGpu mlp(const MlpWeights& w, const std::string& what) {
+    MlpGpu g;
+    g.inter = w.gate.out;
+    g.gate_up = group({&w.gate, &w.up}, what + ".gate_up");
+    g.down = group(w.down, what + ".down");
+    return g;
+  }
+
+ private:
+  DeviceModel& m_;
+  VramBudget& b_;
+};
+
+MhcSite site(const MhcWeights& hw, const float* norm_w, const ModelConfig& c, Uploader& up,
+             const std::string& what) {
+  MhcSite s;
+  s.base = up.vec(hw.base, what + ".base");
+  s.scale = up.vec(hw.scale, what + ".scale");
+  s.norm_w = norm_w;
+  s.hc = c.hc_mult;
+  s.dim = c.hidden_size;
+  s.rms_eps = static_cast<float>(c.rms_norm_eps);
+  s.hc_eps = static_cast<float>(c.hc_eps);
+  s.sinkhorn_iters = c.hc_sinkhorn_iters;
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& budget) {
+  auto m = std::make_unique<DeviceModel>();
+  m->cfg = w.cfg;
+  const ModelConfig& c = w.cfg;
+  Uploader up(*m, budget);
+  const int64_t D = c.hidden_size;
+
+  if (bf16_exact(w.embed)) {
+    std::vector<uint16_t> h(w.embed.size());
+    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(w.embed[i]);
+    m->embed.data = up.raw(h.data(), h.size() * 2, "embed_tokens");
+    m->embed.dtype = EmbedDtype::BF16;
+  } else {
+    m->embed.data = up.vec(w.embed, "embed_tokens");
+    m->embed.dtype = EmbedDtype::F32;
+  }
+  m->embed.vocab = c.vocab_size;
+  m->embed.dim = D;
+  m->final_norm = up.vec(w.final_norm, "norm");
+  m->lm_head = up.group(w.lm_head, "lm_head");
+
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    LayerGpu g;
+    const float* in_norm = up.vec(L.input_norm, p + "input_layernorm");
+    const float* post_norm = up.vec(L.post_norm, p + "post_attention_layernorm");
+    g.attn_site = site(L.attn_hc, in_norm, c, up, p + "hc_attn");
+    g.ffn_site = site(L.ffn_hc, post_norm, c, up, p + "hc_ffn");
+    const int64_t nmix = c.nmix(), hd = c.hc_mult * D;
+    g.attn_fn = up.f32(L.attn_hc.fn, nmix, hd, p + "hc_attn_fn");
+    g.ffn_fn = up.f32(L.ffn_hc.fn, nmix, hd, p + "hc_ffn_fn");
+    if (L.kda) {
+      const KdaWeights& k = *L.kda;
+      KdaLayerGpu kg;
+      const int64_t Q = c.linear_dim(), dl = c.linear_head_dim, H = c.linear_num_heads;
+      kg.in = up.group({&k.q, &k.k, &k.v, &k.f_a, &k.b, &k.g_a}, p + "self_attn.qkv_fa_b_ga");
+      kg.col_q = 0;
+      kg.col_fa = 3 * Q;
+      kg.col_b = 3 * Q + dl;
+      kg.col_ga = 3 * Q + dl + H;
+      kg.f_b = up.group(k.f_b, p + "self_attn.f_b_proj");
+      kg.g_b = up.group(k.g_b, p + "self_attn.g_b_proj");
+      kg.conv = up.vec(k.conv, p + "self_attn.conv1d");
+      kg.dt_bias = up.vec(k.dt_bias, p + "self_attn.dt_bias");
+      kg.a_log = up.vec(k.a_log, p + "self_attn.A_log");
+      kg.o_norm = up.vec(k.o_norm, p + "self_attn.o_norm");
+      kg.o = up.group(k.o, p + "self_attn.o_proj");
+      g.kda = std::move(kg);
+    } else {
+      const MlaWeights& a = *L.mla;
+      MlaLayerGpu mg;
+      const int64_t Rq = c.q_lora_rank, Rkv = c.kv_lora_rank, NH = c.num_attention_heads;
+      const int64_t dn = c.qk_nope_head_dim, dv = c.v_head_dim, ID = c.index_head_dim;
+      mg.own_indexer = a.indexer.has_value();
+      if (dn % 8 != 0 || Rkv % 8 != 0)
+        throw Error("the CUDA backend needs qk_nope_head_dim and kv_lora_rank to be multiples of 8 (this model has " +
+                    std::to_string(dn) + " and " + std::to_string(Rkv) + "); use --backend cpu");
+      std::vector<const DenseLinear*> in = {&a.q_a, &a.kv_a};
+      if (mg.own_indexer) {
+        in.push_back(&a.indexer->wk);
+        in.push_back(&a.indexer->gate);
+      }
+      mg.in = up.group(in, p + "self_attn.q_a_kv_a_wk_gate");
+      mg.col_kv = Rq;
+      mg.col_wk = Rq + Rkv;
+      mg.col_gate = Rq + Rkv + ID;
+      mg.q_a_norm = up.vec(a.q_a_norm, p + "self_attn.q_a_layernorm");
+      mg.kv_a_norm = up.vec(a.kv_a_norm, p + "self_attn.kv_a_layernorm");
+      std::vector<const DenseLinear*> qb = {&a.q_b};
+      if (mg.own_indexer) qb.push_back(&a.indexer->wq_b);
+      mg.q_b = up.group(qb, p + "self_attn.q_b_wq_b");
+      mg.col_qI = NH * c.qk_head_dim;
+      // kv_b rows per head h: [h(dn+dv), +dn) key part W_kb,h [dn, Rkv], then W_vb,h [dv, Rkv].
+      const std::vector<float> kvb = host_dense(a.kv_b);
+      std::vector<float> kbt(static_cast<size_t>(NH * Rkv * dn)), vb(static_cast<size_t>(NH * dv * Rkv));
+      for (int64_t h = 0; h < NH; ++h) {
+        const float* base = kvb.data() + h * (dn + dv) * Rkv;
+        for (int64_t d = 0; d < dn; ++d)
+          for (int64_t r = 0; r < Rkv; ++r) kbt[(h * Rkv + r) * dn + d] = base[d * Rkv + r];
+        std::copy(base + dn * Rkv, base + (dn + dv) * Rkv, vb.begin() + h * dv * Rkv);
+      }
+      const LinearF16 kb_all = up.f16(kbt.data(), NH * Rkv, dn, nullptr, p + "self_attn.kv_b_proj.key");
+      const LinearF16 vb_all = up.f16(vb.data(), NH * dv, Rkv, nullptr, p + "self_attn.kv_b_proj.value");
+      mg.kb_t = kb_all;
+      mg.kb_t.out = Rkv;
+      mg.kb_t.k_chunk = linear_k_chunk(dn, Rkv);
+      mg.kb_t_stride = Rkv * ((dn + 7) / 8 * 8);
+      mg.vb = vb_all;
+      mg.vb.out = dv;
+      mg.vb.k_chunk = linear_k_chunk(Rkv, dv);
+      mg.vb_stride = dv * ((Rkv + 7) / 8 * 8);
+      mg.o = up.group(a.o, p + "self_attn.o_proj");
+      if (mg.own_indexer) {
+        const IndexerWeights& x = *a.indexer;
+        // ω = (W_wp·a)·IH^−1/2: the scale is folded into the weight (fp32 rounding only).
+        DenseLinear wp = x.weights_proj;
+        wp.w = host_dense(x.weights_proj);
+        const float sc = 1.0f / std::sqrt(static_cast<float>(c.index_n_heads));
+        for (float& v : wp.w) v *= sc;
+        wp.exl3.reset();
+        mg.weights_proj = up.f32(wp, p + "self_attn.indexer.weights_proj");
+        mg.k_norm_w = up.vec(x.k_norm_w, p + "self_attn.indexer.k_norm.weight");
+        mg.k_norm_b = up.vec(x.k_norm_b, p + "self_attn.indexer.k_norm.bias");
+        mg.ape = up.vec(x.ape, p + "self_attn.indexer.index_kpool_compress_ape");
+      }
+      g.mla = std::move(mg);
+    }
+    if (L.dense) {
+      g.dense = up.mlp(*L.dense, p + "mlp");
+    } else {
+      const MoeWeights& moe = *L.moe;
+      MoeLayerGpu mo;
+      mo.router = up.f32(moe.router, p + "mlp.gate");
+      mo.correction_bias = up.vec(moe.correction_bias, p + "mlp.gate.e_score_correction_bias");
+      mo.shared = up.mlp(moe.shared, p + "mlp.shared_experts");
+      if (!moe.experts.empty()) {
+        std::vector<DenseExpert> table;
+        for (size_t e = 0; e < moe.experts.size(); ++e) {
+          const MlpWeights& x = moe.experts[e];
+          const std::string n = p + "mlp.experts." + std::to_string(e);
+          DenseExpert de;
+          const std::vector<float> gw = host_dense(x.gate), uw = host_dense(x.up), dw = host_dense(x.down);
+          de.gate = up.f16(gw.data(), x.gate.out, x.gate.in, nullptr, n + ".gate_proj");
+          de.up = up.f16(uw.data(), x.up.out, x.up.in, nullptr, n + ".up_proj");
+          de.down = up.f16(dw.data(), x.down.out, x.down.in, nullptr, n + ".down_proj");
+          table.push_back(de);
+        }
+        mo.dense_experts =
+            static_cast<const DenseExpert*>(up.raw(table.data(), table.size() * sizeof(DenseExpert), p + "experts.table"));
+        mo.local_experts = true;
+      }
+      g.moe = std::move(mo);
+    }
+    m->layers.push_back(std::move(g));
+  }
+  FT_CUDA_CHECK(cudaDeviceSynchronize());
+  return m;
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,217 @@
+#include "gpu-worker/backends/cuda/engine/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/engine/linear_apply.h"
+#include "gpu-worker/backends/cuda/engine/scratch_plan.h"
+#include "gpu-worker/backends/cuda/ops/embed.h"
+#include "gpu-worker/backends/cuda/ops/indexer.h"
+#include "gpu-worker/backends/cuda/ops/kda.h"
+#include "gpu-worker/backends/cuda/ops/mhc.h"
+#include "gpu-worker/backends/cuda/ops/mla.h"
+#include "gpu-worker/backends/cuda/ops/moe.h"
+#include "gpu-worker/backends/cuda/ops/norms.h"
+#include "gpu-worker/backends/cuda/ops/router.h"
+#include "gpu-worker/backends/cuda/ops/swiglu.h"
+#include "shared/core/error.h"
+
+namespace ft::cuda {
+
+ForwardPass::ForwardPass(const DeviceModel& m, SequencePool& pool, StepBuffers& b, ExpertBackend* host_experts)
+    : m_(m), c_(m.cfg), pool_(pool), b_(b), host_experts_(host_experts) {}
+
+void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
+  const int64_t N = p.rows, D = c_.hidden_size, HC = c_.hc_mult, nmix = c_.nmix();
+  embed_tokens(m_.embed, b_.tokens, N, HC, b_.X, s);
+  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+    const LayerGpu& L = m_.layers[l];
+    b_.scratch.reset();
+    linear_f32(L.attn_fn, b_.X, HC * D, N, b_.m_raw, nmix, s);
+    mhc_site_in(L.attn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
+    if (L.kda)
+      kda(l, p, s);
+    else
+      mla(l, p, s);
+    mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
+    b_.scratch.reset();
+    linear_f32(L.ffn_fn, b_.X, HC * D, N, b_.m_raw, nmix, s);
+    mhc_site_in(L.ffn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
+    if (L.dense)
+      mlp(*L.dense, N, b_.O, LinearStore::Overwrite, s);
+    else
+      moe(l, p, s);
+    mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
+  }
+  if (p.logit_rows > 0) logits(N, std::min(p.logit_rows, b_.lim.max_logit_rows), s);
+}
+
+void ForwardPass::logits(int64_t rows, int64_t n, cudaStream_t s) {
+  const int64_t D = c_.hidden_size;
+  final_norm(b_.X, rows, c_.hc_mult, D, b_.logit_rows, n, m_.final_norm, static_cast<float>(c_.rms_norm_eps),
+             b_.h_final, D, s);
+  apply_linear(m_.lm_head, b_.h_final, D, n, b_.logits, c_.vocab_size, b_.staging, s);
+}
+
+void ForwardPass::kda(int64_t l, const StepPlan& p, cudaStream_t s) {
+  const KdaLayerGpu& k = *m_.layers[l].kda;
+  const int64_t N = p.rows, D = c_.hidden_size, Q = c_.linear_dim(), dl = c_.linear_head_dim;
+  const int64_t H = c_.linear_num_heads, K = c_.linear_conv_kernel_dim;
+  const KdaShape shape{H, dl};
+  const int64_t ldZ = k.in.out;  // 3Q + dl + H + dl
+  Arena& a = b_.scratch;
+  float* Z = a.take<float>(N * ldZ, "kda projections");
+  float* r = a.take<float>(N * Q, "kda forget-gate input");
+  float* gate = a.take<float>(N * Q, "kda output gate");
+  float* qkv = a.take<float>(N * 3 * Q, "kda conv output");
+  float* g = a.take<float>(N * Q, "kda decay");
+  float* beta = a.take<float>(N * H, "kda beta");
+  float* o = a.take<float>(N * Q, "kda core output");
+  float* normed = a.take<float>(N * Q, "kda normed output");
+  (void)g;
+  apply_linear(k.in, b_.A, D, N, Z, ldZ, b_.staging, s);
+  apply_linear(k.f_b, Z + k.col_fa, ldZ, N, r, Q, b_.staging, s);
+  apply_linear(k.g_b, Z + k.col_ga, ldZ, N, gate, Q, b_.staging, s);
+  // Short convolution: decode rows from their slots' windows, prefill spans from theirs.
+  if (p.decode_rows > 0)
+    kda_conv_decode(pool_.conv_window(l), b_.slot, Z, ldZ, p.decode_rows, k.conv, 3 * Q, K, qkv, 3 * Q, s);
+  for (const PrefillSpan& sp : p.prefill)
+    kda_conv_prefill(pool_.conv_window_of(l, sp.slot), Z + sp.row0 * ldZ, ldZ, sp.n, k.conv, 3 * Q, K,
+                     qkv + sp.row0 * 3 * Q, 3 * Q, s);
+  std::optional<float> bound;
+  if (c_.linear_lower_bound) bound = static_cast<float>(*c_.linear_lower_bound);
+  // g overwrites r (same ld): the decays replace their inputs.
+  kda_prepare(qkv, 3 * Q, r, Q, Z + k.col_b, ldZ, N, k.dt_bias, k.a_log, bound, shape, r, Q, beta, H, s);
+  if (p.decode_rows > 0)
+    kda_decode_step(pool_.kda_state(l), b_.slot, qkv, 3 * Q, r, Q, beta, H, p.decode_rows, shape, o, Q, s);
+  if (!p.prefill.empty()) {
+    size_t ws_bytes = 0;
+    for (const PrefillSpan& sp : p.prefill)
+      ws_bytes = std::max(ws_bytes, kda_chunked_prefill_workspace_bytes(sp.pos0, sp.n, shape));
+    void* ws = a.take<uint8_t>(ws_bytes, "kda chunk workspace");
+    for (const PrefillSpan& sp : p.prefill)
+      kda_chunked_prefill(pool_.kda_state_of(l, sp.slot), sp.pos0, sp.n, qkv + sp.row0 * 3 * Q, 3 * Q,
+                          r + sp.row0 * Q, Q, beta + sp.row0 * H, H, shape, o + sp.row0 * Q, Q, ws, s);
+  }
+  kda_gated_norm(o, Q, gate, Q, k.o_norm, N, shape, static_cast<float>(c_.rms_norm_eps), normed, Q, s);
+  apply_linear(k.o, normed, Q, N, b_.O, D, b_.staging, s);
+}
+
+void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
+  const MlaLayerGpu& m = *m_.layers[l].mla;
+  const int64_t N = p.rows, D = c_.hidden_size, Rq = c_.q_lora_rank, Rkv = c_.kv_lora_rank;
+  const int64_t NH = c_.num_attention_heads, dn = c_.qk_nope_head_dim, dv = c_.v_head_dim;
+  const int64_t IH = c_.index_n_heads, ID = c_.index_head_dim;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  Arena& a = b_.scratch;
+  const int64_t ld_in = m.in.out, ld_q = m.q_b.out;
+  float* in = a.take<float>(N * (Rq + Rkv + 2 * ID), "mla projections");
+  float* qfull = a.take<float>(N * (NH * c_.qk_head_dim + IH * ID), "mla queries");
+  float* q_abs = a.take<float>(N * NH * Rkv, "mla absorbed queries");
+  float* ctx = a.take<float>(N * NH * Rkv, "mla attended latents");
+  float* heads = a.take<float>(N * NH * dv, "mla head outputs");
+  float* omega = a.take<float>(N * IH, "indexer head weights");
+  const MlaAttendShape ashape = mla_shape(c_);
+  const IndexerShape ishape = indexer_shape(c_, b_.lim.max_pools);
+  const int64_t pass = std::min<int64_t>(N, kSparseRowsPerPass);
+  const size_t attend_bytes = mla_attend_workspace_bytes(pass, ashape);
+  const size_t select_bytes = indexer_select_workspace_bytes(pass, ishape);
+  void* attend_ws = a.take<uint8_t>(attend_bytes, "mla attention workspace");
+  void* select_ws = a.take<uint8_t>(select_bytes, "indexer selection workspace");
+
+  apply_linear(m.in, b_.A, D, N, in, ld_in, b_.staging, s);
+  // q_res and the kv latent are normalised in place; on own-indexer layers the key too.
+  rms_norm_rows(in, ld_in, N, Rq, m.q_a_norm, eps, in, ld_in, s);
+  rms_norm_rows(in + m.col_kv, ld_in, N, Rkv, m.kv_a_norm, eps, in + m.col_kv, ld_in, s);
+  if (m.own_indexer) {
+    layer_norm_rows(in + m.col_wk, ld_in, N, ID, m.k_norm_w, m.k_norm_b, 1e-6f, in + m.col_wk, ld_in, s);
+    linear_f32(m.weights_proj, b_.A, D, N, omega, IH, s);  // IH^−1/2 folded into the weight
+  }
+  apply_linear(m.q_b, in, ld_in, N, qfull, ld_q, b_.staging, s);
+  // Absorption per head: q_abs[t][h] = W_kb,hᵀ·q[t][h] (one fp16 conversion per token row).
+  to_f16_rows(qfull, ld_q, N, NH * dn, b_.staging.xh, NH * dn, b_.staging.scale, s);
+  linear_f16_batched(m.kb_t, NH, m.kb_t_stride, b_.staging.xh, NH * dn, dn, b_.staging.scale, 0, N, q_abs, NH * Rkv,
+                     Rkv, s);
+
+  const SparseCacheLayer& cache = pool_.sparse(l);
+  const SparseCacheGeometry& geom = pool_.geometry();
+  const SparseTables tables = pool_.tables();
+  const SparseRows rows{b_.slot, b_.pos, N};
+  sparse_cache_append(cache, geom, tables, rows, in + m.col_kv, ld_in, m.own_indexer ? in + m.col_wk : nullptr,
+                      m.own_indexer ? in + m.col_gate : nullptr, ld_in, s);
+  if (m.own_indexer) {
+    indexer_pool_keys(cache, geom, tables, rows, m.ape, s);
+    indexer_select(ishape, cache, tables, rows, qfull + m.col_qI, ld_q, omega, IH, b_.sel_pools, b_.sel_count,
+                   select_ws, select_bytes, s);
+  }
+  mla_attend(ashape, cache, geom, tables, rows, b_.sel_pools, b_.sel_count, q_abs, ctx, attend_ws, attend_bytes, s);
+  // Value expansion per head, then o_proj.
+  to_f16_rows(ctx, NH * Rkv, N, NH * Rkv, b_.staging.xh, NH * Rkv, b_.staging.scale, s);
+  linear_f16_batched(m.vb, NH, m.vb_stride, b_.staging.xh, NH * Rkv, Rkv, b_.staging.scale, 0, N, heads, NH * dv, dv,
+                     s);
+  apply_linear(m.o, heads, NH * dv, N, b_.O, D, b_.staging, s);
+}
+
+void ForwardPass::mlp(const MlpGpu& g, int64_t N, float* out, LinearStore store, cudaStream_t s) {
+  const int64_t D = c_.hidden_size, I = g.inter;
+  float* gu = b_.scratch.take<float>(N * 2 * I, "mlp gate|up");
+  apply_linear(g.gate_up, b_.A, D, N, gu, 2 * I, b_.staging, s);
+  swiglu_rows(gu, 2 * I, N, I, static_cast<float>(c_.swiglu_limit), gu, 2 * I, s);
+  apply_linear(g.down, gu, 2 * I, N, out, D, b_.staging, s, store);
+}
+
+void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
+  const MoeLayerGpu& m = *m_.layers[l].moe;
+  const int64_t N = p.rows, D = c_.hidden_size, E = c_.n_routed_experts, TK = c_.num_experts_per_tok;
+  const int64_t Im = c_.moe_intermediate_size;
+  Arena& a = b_.scratch;
+  float* logits = a.take<float>(N * E, "router logits");
+  int32_t* experts = a.take<int32_t>(N * TK, "routed experts");
+  float* weights = a.take<float>(N * TK, "routing weights");
+  const MoeDispatchSizes ds = moe_dispatch_sizes(N, static_cast<int>(TK), static_cast<int>(E));
+  MoeDispatch d;
+  d.offsets = a.take<int32_t>(ds.offsets, "moe offsets");
+  d.sorted_pick = a.take<int32_t>(ds.sorted_pick, "moe sorted picks");
+  d.active = a.take<int32_t>(ds.active, "moe active experts");
+  d.n_active = a.take<int32_t>(ds.n_active, "moe active count");
+  float* Y = a.take<float>(N * TK * D, "expert outputs");
+  void* ws = a.take<uint8_t>(moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im), "expert workspace");
+
+  linear_f32(m.router, b_.A, D, N, logits, E, s);
+  RouterConfig rc;
+  rc.n_experts = E;
+  rc.top_k = TK;
+  rc.n_group = c_.n_group;
+  rc.topk_group = c_.topk_group;
+  rc.norm_topk_prob = c_.norm_topk_prob;
+  rc.routed_scaling_factor = static_cast<float>(c_.routed_scaling_factor);
+  route_tokens(logits, E, N, m.correction_bias, rc, experts, weights, nullptr, s);
+  const MoeRoutes routes{experts, weights, N, static_cast<int>(TK)};
+  if (m.local_experts) {
+    moe_dispatch(routes, static_cast<int>(E), d, s);
+    moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);
+    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
+  } else {
+    if (!host_experts_) throw Error("layer " + std::to_string(l) + ": the routed experts are neither on the GPU nor on a tier");
+    // Host round trip: the tier computes Σ_k w_k·E_k(a) for every row (ascending expert order).
+    std::vector<int32_t> ex(static_cast<size_t>(N * TK));
+    std::vector<float> wt(static_cast<size_t>(N * TK));
+    host_a_.resize(static_cast<size_t>(N * D));
+    host_o_.resize(static_cast<size_t>(N * D));
+    FT_CUDA_CHECK(cudaMemcpyAsync(host_a_.data(), b_.A, N * D * 4, cudaMemcpyDeviceToHost, s));
+    FT_CUDA_CHECK(cudaMemcpyAsync(ex.data(), experts, N * TK * 4, cudaMemcpyDeviceToHost, s));
+    FT_CUDA_CHECK(cudaMemcpyAsync(wt.data(), weights, N * TK * 4, cudaMemcpyDeviceToHost, s));
+    FT_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<Routing> rt(static_cast<size_t>(N));
+    for (int64_t t = 0; t < N; ++t) {
+      rt[t].experts.assign(ex.begin() + t * TK, ex.begin() + (t + 1) * TK);
+      rt[t].weights.assign(wt.begin() + t * TK, wt.begin() + (t + 1) * TK);
+    }
+    host_experts_->compute(l, host_a_.data(), N, rt, host_o_.data());
+    FT_CUDA_CHECK(cudaMemcpyAsync(b_.O, host_o_.data(), N * D * 4, cudaMemcpyHostToDevice, s));
+  }
+  mlp(m.shared, N, b_.O, LinearStore::Accumulate, s);
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,65 @@
+#pragma once
+// The CUDA forward pass of one step (the GPU twin of ReferenceEngine::forward): embedding, every
+// layer's two mHC sites around its attention (KDA or MLA+DSA) and its MLP (dense or MoE), then
+// the final norm and lm_head for the rows that need logits. Pure launches on one stream over
+// the step's fixed buffers, so a decode step can be captured into a CUDA graph.
+//
+// Row order of a step: decode rows first (one token each, KDA through the decode kernels), then
+// each prefill span's rows (KDA through the chunked kernel). Every other op treats rows alike,
+// so a token's result depends only on its own sequence.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "gpu-worker/backends/cuda/engine/device_model.h"
+#include "gpu-worker/backends/cuda/engine/sequence_pool.h"
+#include "gpu-worker/backends/cuda/engine/step_buffers.h"
+#include "shared/engine/expert_backend.h"
+
+namespace ft::cuda {
+
+struct PrefillSpan {
+  int64_t row0 = 0, n = 0;  // its rows of the step
+  int slot = 0;
+  int64_t pos0 = 0;         // absolute position of its first token
+};
+
+// What the host knows of a step; the device row descriptors (tokens, slot, pos, logit_rows) are
+// already in the step buffers.
+struct StepPlan {
+  int64_t rows = 0;
+  int64_t decode_rows = 0;  // rows [0, decode_rows) are decode rows
+  std::vector<PrefillSpan> prefill;
+  int64_t logit_rows = 0;   // entries of StepBuffers::logit_rows
+};
+
+class ForwardPass {
+ public:
+  // `host_experts`: routed experts computed off the GPU (a host round trip per MoE layer: no
+  // graphs); null when the model's experts are on the GPU.
+  ForwardPass(const DeviceModel& m, SequencePool& pool, StepBuffers& b, ExpertBackend* host_experts);
+
+  // Embedding → layers → final norm + lm_head of the logit rows (into StepBuffers::logits).
+  void run(const StepPlan& p, cudaStream_t stream);
+  // Final norm + lm_head of `n` rows listed in StepBuffers::logit_rows (when the first pass's
+  // rows did not all fit).
+  void logits(int64_t rows, int64_t n, cudaStream_t stream);
+
+  bool graph_safe() const { return host_experts_ == nullptr; }
+
+ private:
+  void kda(int64_t l, const StepPlan& p, cudaStream_t s);
+  void mla(int64_t l, const StepPlan& p, cudaStream_t s);
+  void mlp(const MlpGpu& g, int64_t rows, float* out, LinearStore store, cudaStream_t s);
+  void moe(int64_t l, const StepPlan& p, cudaStream_t s);
+
+  const DeviceModel& m_;
+  const ModelConfig& c_;
+  SequencePool& pool_;
+  StepBuffers& b_;
+  ExpertBackend* host_experts_;
+  std::vector<float> host_a_, host_o_;  // host-tier exchange
+};
+
+}  // namespace ft::cuda

@@ -1,0 +1,29 @@
+#pragma once
+// How much per-layer scratch the forward pass takes for a step of `tokens` rows: the largest
+// over the layer kinds of the model, counted exactly as forward.cpp takes it (each take is
+// rounded up to 256 bytes by the arena).
+#include <cstddef>
+#include <cstdint>
+
+#include "shared/model/config.h"
+
+namespace ft::cuda {
+
+struct ScratchNeeds {
+  size_t kda = 0, mla = 0, dense_mlp = 0, moe = 0;
+  size_t max() const;
+};
+
+// Rows per pass of the MLA attention and indexer selection (their workspaces hold this many
+// rows; longer steps run in passes).
+constexpr int64_t kSparseRowsPerPass = 256;
+
+ScratchNeeds scratch_needs(const ModelConfig& c, int64_t tokens, int64_t max_pools);
+
+// Shapes the sparse kernels are called with (also used by forward.cpp).
+struct MlaAttendShape;
+struct IndexerShape;
+MlaAttendShape mla_shape(const ModelConfig& c);
+IndexerShape indexer_shape(const ModelConfig& c, int64_t max_pools);
+
+}  // namespace ft::cuda

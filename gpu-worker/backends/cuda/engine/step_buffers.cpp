@@ -1,0 +1,97 @@
+#include "gpu-worker/backends/cuda/engine/step_buffers.h"
+
+#include <algorithm>
+
+#include "gpu-worker/backends/cuda/engine/scratch_plan.h"
+#include "gpu-worker/backends/cuda/ops/mhc.h"
+
+namespace ft::cuda {
+
+namespace {
+
+// The fp16 staging width: the widest dense linear input, and MLA's per-token rows of every
+// head's query (NH·dn) and attended latent (NH·Rkv).
+int64_t staging_cols(const ModelConfig& c, int64_t max_linear_in) {
+  int64_t w = max_linear_in;
+  if (c.num_attention_heads > 0) {
+    w = std::max(w, c.num_attention_heads * c.qk_nope_head_dim + 8);
+    w = std::max(w, c.num_attention_heads * c.kv_lora_rank + 8);
+  }
+  return (w + 7) / 8 * 8;
+}
+
+struct Layout {
+  size_t bytes = 0;
+  size_t at(size_t n) {
+    const size_t a = (bytes + 255) & ~size_t{255};
+    bytes = a + n;
+    return a;
+  }
+};
+
+template <class F>
+void lay_out(const ModelConfig& c, const StepLimits& lim, int64_t max_linear_in, F&& put) {
+  const int64_t T = lim.max_tokens, R = lim.max_logit_rows, D = c.hidden_size, HC = c.hc_mult;
+  const int64_t nmix = mhc_nmix(HC), W = staging_cols(c, max_linear_in);
+  const int64_t rows16 = T * std::max<int64_t>(c.num_attention_heads, 1);  // per-(row, head) scales
+  put("tokens", T * 4);
+  put("slot", T * 4);
+  put("pos", T * 4);
+  put("logit_rows", R * 4);
+  put("X", T * HC * D * 4);
+  put("A", T * D * 4);
+  put("O", T * D * 4);
+  put("mix", T * nmix * 4);
+  put("m_raw", T * nmix * 4);
+  put("xh", std::max(T, R) * W * 2);
+  put("xscale", std::max(rows16, R) * 4);
+  put("sel_pools", T * std::max<int64_t>(c.index_pool_budget(), 1) * 4);
+  put("sel_count", T * 4);
+  put("h_final", R * D * 4);
+  put("logits", R * c.vocab_size * 4);
+  put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools).max()));
+}
+
+}  // namespace
+
+uint64_t step_buffer_bytes(const ModelConfig& c, const StepLimits& lim, int64_t max_linear_in) {
+  Layout l;
+  lay_out(c, lim, max_linear_in, [&](const char*, int64_t n) { l.at(static_cast<size_t>(n)); });
+  return l.bytes;
+}
+
+void StepBuffers::allocate(const ModelConfig& c, const StepLimits& limits, int64_t max_linear_in, VramBudget& budget) {
+  lim = limits;
+  mem_ = DeviceArray<uint8_t>(budget, step_buffer_bytes(c, lim, max_linear_in), VramCategory::Workspace,
+                              "step buffers");
+  uint8_t* base = mem_.get();
+  Layout l;
+  size_t scratch_at = 0, scratch_bytes = 0;
+  lay_out(c, lim, max_linear_in, [&](const char* name, int64_t n) {
+    const size_t at = l.at(static_cast<size_t>(n));
+    void* p = base + at;
+    const std::string s = name;
+    if (s == "tokens") tokens = static_cast<int32_t*>(p);
+    else if (s == "slot") slot = static_cast<int32_t*>(p);
+    else if (s == "pos") pos = static_cast<int32_t*>(p);
+    else if (s == "logit_rows") logit_rows = static_cast<int32_t*>(p);
+    else if (s == "X") X = static_cast<float*>(p);
+    else if (s == "A") A = static_cast<float*>(p);
+    else if (s == "O") O = static_cast<float*>(p);
+    else if (s == "mix") mix = static_cast<float*>(p);
+    else if (s == "m_raw") m_raw = static_cast<float*>(p);
+    else if (s == "xh") staging.xh = static_cast<__half*>(p);
+    else if (s == "xscale") staging.scale = static_cast<float*>(p);
+    else if (s == "sel_pools") sel_pools = static_cast<int32_t*>(p);
+    else if (s == "sel_count") sel_count = static_cast<int32_t*>(p);
+    else if (s == "h_final") h_final = static_cast<float*>(p);
+    else if (s == "logits") logits = static_cast<float*>(p);
+    else if (s == "scratch") scratch_at = at, scratch_bytes = static_cast<size_t>(n);
+  });
+  const int64_t W = staging_cols(c, max_linear_in);
+  staging.max_rows = std::max(lim.max_tokens, lim.max_logit_rows);
+  staging.max_cols = W;
+  scratch.init(base + scratch_at, scratch_bytes);
+}
+
+}  // namespace ft::cuda
