@@ -28,6 +28,7 @@ int usage() {
   std::cerr << "usage: flashtier-local --model DIR --port N [--host ADDR] [--max-batch-size N] [--chunk-size N]\n"
                "         [--context-size N] [--threads N] [--api-key KEY] [--served-model-name NAME]\n"
                "         [--segment NAME] [--ring NAME] [--experts-in-process]\n"
+               "         [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]\n"
                "  Starts the three flashtier services for DIR and serves the OpenAI API on ADDR:N\n"
                "  (default 127.0.0.1). Prints 'ready' when the gateway's /health answers 200.\n";
   return 2;
@@ -66,7 +67,9 @@ int main(int argc, char** argv) {
     else if (a == "--served-model-name") served_name = v;
     else if (a == "--segment") segment = v;
     else if (a == "--ring") ring = v;
-    else if (a == "--max-batch-size" || a == "--chunk-size" || a == "--context-size") worker_flags.insert(worker_flags.end(), {a, v});
+    else if (a == "--max-batch-size" || a == "--chunk-size" || a == "--context-size" || a == "--backend" ||
+             a == "--device" || a == "--vram-budget-gb")
+      worker_flags.insert(worker_flags.end(), {a, v});
     else if (a == "--threads") expert_flags.insert(expert_flags.end(), {a, v});
     else return usage();
   }

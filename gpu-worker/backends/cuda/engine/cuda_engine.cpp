@@ -88,6 +88,11 @@ CudaEngine::~CudaEngine() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+void CudaEngine::set_profile(OpProfile* p) {
+  fwd_->set_profile(p);
+  profiling_ = p != nullptr;
+}
+
 int64_t CudaEngine::max_tokens_per_sequence() const { return pool_->max_tokens_per_sequence(); }
 
 uint64_t CudaEngine::open(const SequenceSpec& spec) {
@@ -123,7 +128,12 @@ void CudaEngine::step(std::span<const StepItem> items, std::vector<StepResult>& 
       if (t < 0 || t >= cfg_.vocab_size)
         throw Error("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                     std::to_string(cfg_.vocab_size) + ")");
-    N += static_cast<int64_t>(items[i].tokens.size());
+    const int64_t n = static_cast<int64_t>(items[i].tokens.size());
+    if (seq[i]->length + n > std::max<int64_t>(seq[i]->spec.max_tokens, 1))
+      throw EngineFull("sequence " + std::to_string(items[i].seq) + " would grow to " +
+                       std::to_string(seq[i]->length + n) + " tokens, past the " +
+                       std::to_string(seq[i]->spec.max_tokens) + " it was opened for");
+    N += n;
   }
   if (N > bufs_->lim.max_tokens)
     throw Error("step of " + std::to_string(N) + " tokens exceeds this engine's " +
@@ -188,7 +198,7 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
   for (size_t i : order)
     if (items[i].prompt) sampler_->add_prompt(seqs_.at(items[i].seq)->slot, items[i].tokens, stream_);
 
-  const bool graph = opts_.graphs && fwd_->graph_safe() && decode_rows == plan.rows &&
+  const bool graph = opts_.graphs && !profiling_ && fwd_->graph_safe() && decode_rows == plan.rows &&
                      plan.rows <= opts_.max_graph_batch && plan.logit_rows == plan.rows &&
                      std::all_of(items.begin(), items.end(),
                                  [](const StepItem& it) { return it.sample && it.logits == LogitsWanted::None; });

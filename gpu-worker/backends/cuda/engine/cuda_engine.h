@@ -25,6 +25,7 @@ struct StepBuffers;
 class ForwardPass;
 class DecodeGraphs;
 class GpuSampler;
+class OpProfile;
 
 struct CudaEngineOptions {
   int device = 0;
@@ -55,6 +56,8 @@ class CudaEngine final : public Engine {
 
   const DeviceInfo& device() const { return dev_; }
   VramBudget& budget() { return *budget_; }
+  // Events around every op group of the following steps (which then run eagerly); null: off.
+  void set_profile(OpProfile* p);
   // Decode steps since start that ran from a graph / eagerly.
   uint64_t graph_steps() const { return graph_steps_; }
   uint64_t eager_steps() const { return eager_steps_; }
@@ -78,6 +81,7 @@ class CudaEngine final : public Engine {
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
   uint64_t next_ = 1;
   uint64_t graph_steps_ = 0, eager_steps_ = 0;
+  bool profiling_ = false;
   // Pinned host staging of the step's row descriptors.
   int32_t* host_rows_ = nullptr;
   int64_t host_rows_len_ = 0;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/engine/device_fill.h"
 #include "shared/core/error.h"
 #include "shared/core/half.h"
 #include "shared/exl3/reference.h"
@@ -32,6 +33,10 @@ bool bf16_exact(const std::vector<float>& v) {
   return true;
 }
 
+// A linear with neither a dense weight nor a quantized one is a placeholder of a synthetic model
+// (synthetic_model.h): its weights are drawn on the device.
+bool synthetic(const DenseLinear& l) { return l.w.empty() && !l.exl3; }
+
 // The dense fp32 weight of a linear, decoding a quantized one (needed where the GPU wants the
 // weight itself: MLA's per-head kv_b, and EXL3 linears until their fused kernels serve them).
 std::vector<float> host_dense(const DenseLinear& l) {
@@ -55,6 +60,27 @@ class Uploader {
     return static_cast<const float*>(raw(v.data(), v.size() * sizeof(float), what));
   }
 
+  void* alloc(size_t bytes, const std::string& what) {
+    m_.storage.emplace_back(b_, bytes, VramCategory::Weights, what);
+    m_.bytes += bytes;
+    return m_.storage.back().get();
+  }
+
+  // Uniform weights of variance 1/in (outputs keep the scale of their inputs), drawn on the GPU.
+  LinearF16 f16_synthetic(int64_t out, int64_t in, const std::string& what) {
+    const int64_t ld = (in + 7) / 8 * 8;
+    LinearF16 L;
+    L.out = out;
+    L.in = in;
+    auto* w = static_cast<__half*>(alloc(static_cast<size_t>(out * ld) * 2, what));
+    fill_uniform_f16(w, out, in, ld, 16384.0f, seed_++, nullptr);
+    L.w = w;
+    L.w_scale = std::sqrt(3.0f / static_cast<float>(in)) / 16384.0f;
+    L.k_chunk = linear_k_chunk(in, out);
+    m_.max_linear_in = std::max(m_.max_linear_in, ld);
+    return L;
+  }
+
   LinearF16 f16(const float* w, int64_t out, int64_t in, const std::vector<float>* bias, const std::string& what) {
     const HostLinearF16 h = prepare_linear_f16(w, out, in);
     LinearF16 L;
@@ -72,10 +98,21 @@ class Uploader {
   LinearGroup group(const std::vector<const DenseLinear*>& parts, const std::string& what) {
     LinearGroup g;
     g.in = parts.at(0)->in;
+    bool any_synthetic = false;
     for (const DenseLinear* p : parts) {
       if (p->in != g.in) throw Error(what + ": fused linears disagree on their input width");
       g.offset.push_back(g.out);
       g.out += p->out;
+      any_synthetic |= synthetic(*p);
+    }
+    if (any_synthetic) {
+      GpuLinear gl;
+      gl.out = g.out;
+      gl.in = g.in;
+      gl.dense = f16_synthetic(g.out, g.in, what);
+      g.parts = {gl};
+      g.offset = {0};
+      return g;
     }
     std::vector<float> W;
     W.reserve(static_cast<size_t>(g.out * g.in));
@@ -101,10 +138,16 @@ class Uploader {
   LinearGroup group(const DenseLinear& l, const std::string& what) { return group({&l}, what); }
 
   LinearF32 f32(const DenseLinear& l, const std::string& what) {
-    const std::vector<float> d = host_dense(l);
     LinearF32 L;
     L.out = l.out;
     L.in = l.in;
+    if (synthetic(l)) {
+      auto* w = static_cast<float*>(alloc(static_cast<size_t>(l.out * l.in) * 4, what));
+      fill_uniform_f32(w, l.out * l.in, std::sqrt(3.0f / static_cast<float>(l.in)), seed_++, nullptr);
+      L.w = w;
+      return L;
+    }
+    const std::vector<float> d = host_dense(l);
     if (bf16_exact(d)) {
       std::vector<uint16_t> h(d.size());
       for (size_t i = 0; i < d.size(); ++i) h[i] = f32_to_bf16(d[i]);
@@ -134,6 +177,7 @@ class Uploader {
  private:
   DeviceModel& m_;
   VramBudget& b_;
+  uint64_t seed_ = 0x5EED;
 };
 
 MhcSite site(const MhcWeights& hw, const float* norm_w, const ModelConfig& c, Uploader& up,
@@ -159,7 +203,12 @@ std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& bud
   Uploader up(*m, budget);
   const int64_t D = c.hidden_size;
 
-  if (bf16_exact(w.embed)) {
+  if (w.embed.empty()) {  // synthetic
+    auto* e = static_cast<uint16_t*>(up.alloc(static_cast<size_t>(c.vocab_size * D) * 2, "embed_tokens"));
+    fill_uniform_bf16(e, c.vocab_size * D, 1.0f, 0xE3BED, nullptr);
+    m->embed.data = e;
+    m->embed.dtype = EmbedDtype::BF16;
+  } else if (bf16_exact(w.embed)) {
     std::vector<uint16_t> h(w.embed.size());
     for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(w.embed[i]);
     m->embed.data = up.raw(h.data(), h.size() * 2, "embed_tokens");
@@ -226,16 +275,22 @@ std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& bud
       mg.q_b = up.group(qb, p + "self_attn.q_b_wq_b");
       mg.col_qI = NH * c.qk_head_dim;
       // kv_b rows per head h: [h(dn+dv), +dn) key part W_kb,h [dn, Rkv], then W_vb,h [dv, Rkv].
-      const std::vector<float> kvb = host_dense(a.kv_b);
-      std::vector<float> kbt(static_cast<size_t>(NH * Rkv * dn)), vb(static_cast<size_t>(NH * dv * Rkv));
-      for (int64_t h = 0; h < NH; ++h) {
-        const float* base = kvb.data() + h * (dn + dv) * Rkv;
-        for (int64_t d = 0; d < dn; ++d)
-          for (int64_t r = 0; r < Rkv; ++r) kbt[(h * Rkv + r) * dn + d] = base[d * Rkv + r];
-        std::copy(base + dn * Rkv, base + (dn + dv) * Rkv, vb.begin() + h * dv * Rkv);
+      LinearF16 kb_all, vb_all;
+      if (synthetic(a.kv_b)) {
+        kb_all = up.f16_synthetic(NH * Rkv, dn, p + "self_attn.kv_b_proj.key");
+        vb_all = up.f16_synthetic(NH * dv, Rkv, p + "self_attn.kv_b_proj.value");
+      } else {
+        const std::vector<float> kvb = host_dense(a.kv_b);
+        std::vector<float> kbt(static_cast<size_t>(NH * Rkv * dn)), vb(static_cast<size_t>(NH * dv * Rkv));
+        for (int64_t h = 0; h < NH; ++h) {
+          const float* base = kvb.data() + h * (dn + dv) * Rkv;
+          for (int64_t d = 0; d < dn; ++d)
+            for (int64_t r = 0; r < Rkv; ++r) kbt[(h * Rkv + r) * dn + d] = base[d * Rkv + r];
+          std::copy(base + dn * Rkv, base + (dn + dv) * Rkv, vb.begin() + h * dv * Rkv);
+        }
+        kb_all = up.f16(kbt.data(), NH * Rkv, dn, nullptr, p + "self_attn.kv_b_proj.key");
+        vb_all = up.f16(vb.data(), NH * dv, Rkv, nullptr, p + "self_attn.kv_b_proj.value");
       }
-      const LinearF16 kb_all = up.f16(kbt.data(), NH * Rkv, dn, nullptr, p + "self_attn.kv_b_proj.key");
-      const LinearF16 vb_all = up.f16(vb.data(), NH * dv, Rkv, nullptr, p + "self_attn.kv_b_proj.value");
       mg.kb_t = kb_all;
       mg.kb_t.out = Rkv;
       mg.kb_t.k_chunk = linear_k_chunk(dn, Rkv);
@@ -250,6 +305,7 @@ std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& bud
         // ω = (W_wp·a)·IH^−1/2: the scale is folded into the weight (fp32 rounding only).
         DenseLinear wp = x.weights_proj;
         wp.w = host_dense(x.weights_proj);
+        if (synthetic(x.weights_proj)) wp.w.assign(static_cast<size_t>(wp.out * wp.in), 0.01f);
         const float sc = 1.0f / std::sqrt(static_cast<float>(c.index_n_heads));
         for (float& v : wp.w) v *= sc;
         wp.exl3.reset();
@@ -274,10 +330,16 @@ std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& bud
           const MlpWeights& x = moe.experts[e];
           const std::string n = p + "mlp.experts." + std::to_string(e);
           DenseExpert de;
-          const std::vector<float> gw = host_dense(x.gate), uw = host_dense(x.up), dw = host_dense(x.down);
-          de.gate = up.f16(gw.data(), x.gate.out, x.gate.in, nullptr, n + ".gate_proj");
-          de.up = up.f16(uw.data(), x.up.out, x.up.in, nullptr, n + ".up_proj");
-          de.down = up.f16(dw.data(), x.down.out, x.down.in, nullptr, n + ".down_proj");
+          if (synthetic(x.gate)) {
+            de.gate = up.f16_synthetic(x.gate.out, x.gate.in, n + ".gate_proj");
+            de.up = up.f16_synthetic(x.up.out, x.up.in, n + ".up_proj");
+            de.down = up.f16_synthetic(x.down.out, x.down.in, n + ".down_proj");
+          } else {
+            const std::vector<float> gw = host_dense(x.gate), uw = host_dense(x.up), dw = host_dense(x.down);
+            de.gate = up.f16(gw.data(), x.gate.out, x.gate.in, nullptr, n + ".gate_proj");
+            de.up = up.f16(uw.data(), x.up.out, x.up.in, nullptr, n + ".up_proj");
+            de.down = up.f16(dw.data(), x.down.out, x.down.in, nullptr, n + ".down_proj");
+          }
           table.push_back(de);
         }
         mo.dense_experts =

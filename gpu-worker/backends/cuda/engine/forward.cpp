@@ -24,16 +24,19 @@ ForwardPass::ForwardPass(const DeviceModel& m, SequencePool& pool, StepBuffers& 
 
 void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
   const int64_t N = p.rows, D = c_.hidden_size, HC = c_.hc_mult, nmix = c_.nmix();
+  op_mark(prof_, "embed", s);
   embed_tokens(m_.embed, b_.tokens, N, HC, b_.X, s);
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     const LayerGpu& L = m_.layers[l];
     b_.scratch.reset();
+    op_mark(prof_, "mhc", s);
     linear_f32(L.attn_fn, b_.X, HC * D, N, b_.m_raw, nmix, s);
     mhc_site_in(L.attn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
     if (L.kda)
       kda(l, p, s);
     else
       mla(l, p, s);
+    op_mark(prof_, "mhc", s);
     mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
     b_.scratch.reset();
     linear_f32(L.ffn_fn, b_.X, HC * D, N, b_.m_raw, nmix, s);
@@ -42,13 +45,16 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
       mlp(*L.dense, N, b_.O, LinearStore::Overwrite, s);
     else
       moe(l, p, s);
+    op_mark(prof_, "mhc", s);
     mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
   }
   if (p.logit_rows > 0) logits(N, std::min(p.logit_rows, b_.lim.max_logit_rows), s);
+  if (prof_) prof_->finish(s);
 }
 
 void ForwardPass::logits(int64_t rows, int64_t n, cudaStream_t s) {
   const int64_t D = c_.hidden_size;
+  op_mark(prof_, "final norm + lm_head", s);
   final_norm(b_.X, rows, c_.hc_mult, D, b_.logit_rows, n, m_.final_norm, static_cast<float>(c_.rms_norm_eps),
              b_.h_final, D, s);
   apply_linear(m_.lm_head, b_.h_final, D, n, b_.logits, c_.vocab_size, b_.staging, s);
@@ -70,9 +76,11 @@ void ForwardPass::kda(int64_t l, const StepPlan& p, cudaStream_t s) {
   float* o = a.take<float>(N * Q, "kda core output");
   float* normed = a.take<float>(N * Q, "kda normed output");
   (void)g;
+  op_mark(prof_, "kda projections", s);
   apply_linear(k.in, b_.A, D, N, Z, ldZ, b_.staging, s);
   apply_linear(k.f_b, Z + k.col_fa, ldZ, N, r, Q, b_.staging, s);
   apply_linear(k.g_b, Z + k.col_ga, ldZ, N, gate, Q, b_.staging, s);
+  op_mark(prof_, "kda conv + gates", s);
   // Short convolution: decode rows from their slots' windows, prefill spans from theirs.
   if (p.decode_rows > 0)
     kda_conv_decode(pool_.conv_window(l), b_.slot, Z, ldZ, p.decode_rows, k.conv, 3 * Q, K, qkv, 3 * Q, s);
@@ -83,6 +91,7 @@ void ForwardPass::kda(int64_t l, const StepPlan& p, cudaStream_t s) {
   if (c_.linear_lower_bound) bound = static_cast<float>(*c_.linear_lower_bound);
   // g overwrites r (same ld): the decays replace their inputs.
   kda_prepare(qkv, 3 * Q, r, Q, Z + k.col_b, ldZ, N, k.dt_bias, k.a_log, bound, shape, r, Q, beta, H, s);
+  op_mark(prof_, "kda recurrence", s);
   if (p.decode_rows > 0)
     kda_decode_step(pool_.kda_state(l), b_.slot, qkv, 3 * Q, r, Q, beta, H, p.decode_rows, shape, o, Q, s);
   if (!p.prefill.empty()) {
@@ -94,6 +103,7 @@ void ForwardPass::kda(int64_t l, const StepPlan& p, cudaStream_t s) {
       kda_chunked_prefill(pool_.kda_state_of(l, sp.slot), sp.pos0, sp.n, qkv + sp.row0 * 3 * Q, 3 * Q,
                           r + sp.row0 * Q, Q, beta + sp.row0 * H, H, shape, o + sp.row0 * Q, Q, ws, s);
   }
+  op_mark(prof_, "kda out norm + o_proj", s);
   kda_gated_norm(o, Q, gate, Q, k.o_norm, N, shape, static_cast<float>(c_.rms_norm_eps), normed, Q, s);
   apply_linear(k.o, normed, Q, N, b_.O, D, b_.staging, s);
 }
@@ -120,6 +130,7 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
   void* attend_ws = a.take<uint8_t>(attend_bytes, "mla attention workspace");
   void* select_ws = a.take<uint8_t>(select_bytes, "indexer selection workspace");
 
+  op_mark(prof_, "mla projections", s);
   apply_linear(m.in, b_.A, D, N, in, ld_in, b_.staging, s);
   // q_res and the kv latent are normalised in place; on own-indexer layers the key too.
   rms_norm_rows(in, ld_in, N, Rq, m.q_a_norm, eps, in, ld_in, s);
@@ -138,6 +149,7 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
   const SparseCacheGeometry& geom = pool_.geometry();
   const SparseTables tables = pool_.tables();
   const SparseRows rows{b_.slot, b_.pos, N};
+  op_mark(prof_, "mla cache + indexer", s);
   sparse_cache_append(cache, geom, tables, rows, in + m.col_kv, ld_in, m.own_indexer ? in + m.col_wk : nullptr,
                       m.own_indexer ? in + m.col_gate : nullptr, ld_in, s);
   if (m.own_indexer) {
@@ -145,7 +157,9 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
     indexer_select(ishape, cache, tables, rows, qfull + m.col_qI, ld_q, omega, IH, b_.sel_pools, b_.sel_count,
                    select_ws, select_bytes, s);
   }
+  op_mark(prof_, "mla attention", s);
   mla_attend(ashape, cache, geom, tables, rows, b_.sel_pools, b_.sel_count, q_abs, ctx, attend_ws, attend_bytes, s);
+  op_mark(prof_, "mla values + o_proj", s);
   // Value expansion per head, then o_proj.
   to_f16_rows(ctx, NH * Rkv, N, NH * Rkv, b_.staging.xh, NH * Rkv, b_.staging.scale, s);
   linear_f16_batched(m.vb, NH, m.vb_stride, b_.staging.xh, NH * Rkv, Rkv, b_.staging.scale, 0, N, heads, NH * dv, dv,
@@ -155,6 +169,7 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
 
 void ForwardPass::mlp(const MlpGpu& g, int64_t N, float* out, LinearStore store, cudaStream_t s) {
   const int64_t D = c_.hidden_size, I = g.inter;
+  op_mark(prof_, store == LinearStore::Accumulate ? "moe shared expert" : "dense mlp", s);
   float* gu = b_.scratch.take<float>(N * 2 * I, "mlp gate|up");
   apply_linear(g.gate_up, b_.A, D, N, gu, 2 * I, b_.staging, s);
   swiglu_rows(gu, 2 * I, N, I, static_cast<float>(c_.swiglu_limit), gu, 2 * I, s);
@@ -178,6 +193,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   float* Y = a.take<float>(N * TK * D, "expert outputs");
   void* ws = a.take<uint8_t>(moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im), "expert workspace");
 
+  op_mark(prof_, "moe router", s);
   linear_f32(m.router, b_.A, D, N, logits, E, s);
   RouterConfig rc;
   rc.n_experts = E;
@@ -188,6 +204,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   rc.routed_scaling_factor = static_cast<float>(c_.routed_scaling_factor);
   route_tokens(logits, E, N, m.correction_bias, rc, experts, weights, nullptr, s);
   const MoeRoutes routes{experts, weights, N, static_cast<int>(TK)};
+  op_mark(prof_, "moe routed experts", s);
   if (m.local_experts) {
     moe_dispatch(routes, static_cast<int>(E), d, s);
     moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);

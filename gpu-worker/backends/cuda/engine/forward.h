@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu-worker/backends/cuda/engine/device_model.h"
+#include "gpu-worker/backends/cuda/engine/op_profile.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/step_buffers.h"
 #include "shared/engine/expert_backend.h"
@@ -47,6 +48,8 @@ class ForwardPass {
   void logits(int64_t rows, int64_t n, cudaStream_t stream);
 
   bool graph_safe() const { return host_experts_ == nullptr; }
+  // Events around each op group of eager steps (benchmarks); null: none.
+  void set_profile(OpProfile* p) { prof_ = p; }
 
  private:
   void kda(int64_t l, const StepPlan& p, cudaStream_t s);
@@ -59,6 +62,7 @@ class ForwardPass {
   SequencePool& pool_;
   StepBuffers& b_;
   ExpertBackend* host_experts_;
+  OpProfile* prof_ = nullptr;
   std::vector<float> host_a_, host_o_;  // host-tier exchange
 };
 

@@ -1,0 +1,254 @@
+// The CUDA engine end to end on the tiny fixtures: batch invariance (a sequence alone vs among
+// seven others, a prompt in one piece vs in 64-token pieces: bit-identical logits), graph replay
+// vs eager steps, greedy tokens vs the fixture, and the refusals that keep a worker alive (a
+// budget too small for the model, a sequence too long for the cache, slots exhausted).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "gpu-worker/backends/cuda/engine/cuda_engine.h"
+#include "shared/model/safetensors.h"
+#include "shared/model/tensor_convert.h"
+#include "tests/cuda/support/gpu_test.h"
+
+namespace ft::cuda {
+namespace {
+
+const ModelWeights& weights(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<ModelWeights>> cache;
+  auto& w = cache[name];
+  if (!w) {
+    LoadOptions lo;
+    lo.keep_quantized = true;
+    w = std::make_unique<ModelWeights>(load_model(test::fixture(name + "/model"), lo));
+  }
+  return *w;
+}
+
+struct FixtureCase {
+  std::vector<int32_t> input, generated;
+};
+FixtureCase fixture_case(const std::string& name, int i) {
+  const TensorStore ref = TensorStore::open(test::fixture(name + "/reference.safetensors"));
+  FixtureCase c;
+  for (int64_t v : to_i64(ref.get("case" + std::to_string(i) + ".input_ids"))) c.input.push_back(static_cast<int32_t>(v));
+  for (int64_t v : to_i64(ref.get("case" + std::to_string(i) + ".generated_ids")))
+    c.generated.push_back(static_cast<int32_t>(v));
+  return c;
+}
+
+CudaEngineOptions small_options(int seqs = 8) {
+  CudaEngineOptions o;
+  o.max_sequences = seqs;
+  o.max_tokens_per_step = 512;
+  o.context_size = 1024;
+  o.vram_budget_bytes = 2ull << 30;
+  return o;
+}
+
+// Feeds `prompt` in pieces of `piece` tokens (0: one piece) and returns the last piece's logits.
+std::vector<float> prefill(Engine& e, uint64_t s, const std::vector<int32_t>& prompt, size_t piece) {
+  std::vector<StepResult> r;
+  const size_t step = piece ? piece : prompt.size();
+  std::vector<float> last;
+  for (size_t at = 0; at < prompt.size(); at += step) {
+    const size_t n = std::min(step, prompt.size() - at);
+    StepItem it;
+    it.seq = s;
+    it.tokens = std::span<const int32_t>(prompt).subspan(at, n);
+    it.prompt = true;
+    it.sample = at + n == prompt.size();
+    it.logits = LogitsWanted::All;
+    e.step(std::span<const StepItem>(&it, 1), r);
+    last = r[0].logits;
+  }
+  return last;
+}
+
+class CudaEngineTest : public test::GpuTest {};
+
+TEST_F(CudaEngineTest, GreedyDecodeFollowsTheFixture) {
+  for (const char* name : {"glm5-tiny-a", "glm5-tiny-chat"}) {
+    CudaEngine e(weights(name), nullptr, small_options());
+    for (int ci = 0; ci < 3; ++ci) {
+      const FixtureCase c = fixture_case(name, ci);
+      SequenceSpec spec;
+      spec.sampling.temperature = 0;
+      spec.max_tokens = static_cast<int64_t>(c.input.size() + c.generated.size());
+      const uint64_t s = e.open(spec);
+      std::vector<StepResult> r;
+      StepItem it;
+      it.seq = s;
+      it.tokens = c.input;
+      it.sample = true;
+      e.step(std::span<const StepItem>(&it, 1), r);
+      std::vector<int32_t> got = {r[0].token};
+      while (got.size() < c.generated.size()) {
+        const int32_t t = got.back();
+        StepItem d;
+        d.seq = s;
+        d.tokens = std::span<const int32_t>(&t, 1);
+        d.prompt = false;
+        d.sample = true;
+        e.step(std::span<const StepItem>(&d, 1), r);
+        got.push_back(r[0].token);
+      }
+      // Greedy tokens can part from the fixture only at a near tie; these fixtures have none at
+      // fp16-operand noise (flashtier-check reports the margins).
+      EXPECT_EQ(got, c.generated) << name << " case " << ci;
+      e.close(s);
+    }
+    EXPECT_GT(e.graph_steps(), 0u) << "decode steps never ran from a graph";
+  }
+}
+
+TEST_F(CudaEngineTest, PromptInPiecesOfSixtyFourEqualsOnePieceBitForBit) {
+  CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options());
+  FixtureCase c = fixture_case("glm5-tiny-chat", 2);
+  std::vector<int32_t> prompt;
+  while (prompt.size() < 300) prompt.insert(prompt.end(), c.input.begin(), c.input.end());
+  prompt.resize(300);
+  SequenceSpec spec;
+  spec.sampling.temperature = 0;
+  spec.max_tokens = 400;
+  const uint64_t a = e.open(spec), b = e.open(spec), d = e.open(spec);
+  const auto one = prefill(e, a, prompt, 0);
+  const auto pieces = prefill(e, b, prompt, 64);
+  const auto bigger = prefill(e, d, prompt, 128);
+  const size_t V = static_cast<size_t>(e.config().vocab_size);
+  // The last row of the last piece is the prompt's last position in all three.
+  ASSERT_GE(one.size(), V);
+  std::vector<float> l1(one.end() - V, one.end()), l2(pieces.end() - V, pieces.end()), l3(bigger.end() - V, bigger.end());
+  EXPECT_EQ(test::bit_mismatches(l1.data(), l2.data(), V), 0u);
+  EXPECT_EQ(test::bit_mismatches(l1.data(), l3.data(), V), 0u);
+}
+
+TEST_F(CudaEngineTest, ASequenceAloneEqualsItAmongSevenOthersBitForBit) {
+  CudaEngineOptions o = small_options();
+  o.graphs = false;  // logits come back only from eager steps
+  CudaEngine e(weights("glm5-tiny-chat"), nullptr, o);
+  const FixtureCase c0 = fixture_case("glm5-tiny-chat", 0);
+  auto run = [&](int others) {
+    SequenceSpec spec;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = 200;
+    std::vector<uint64_t> seqs;
+    for (int i = 0; i <= others; ++i) seqs.push_back(e.open(spec));
+    // Everyone prefills (different prompts), then 12 decode steps together.
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i <= others; ++i) {
+      std::vector<int32_t> p = fixture_case("glm5-tiny-chat", i % 3).input;
+      if (i > 0) p.resize(p.size() - static_cast<size_t>(i % 5));
+      prompts.push_back(p);
+    }
+    std::vector<StepItem> items(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      items[i].seq = seqs[i];
+      items[i].tokens = prompts[i];
+      items[i].sample = true;
+    }
+    std::vector<StepResult> r;
+    e.step(items, r);
+    std::vector<int32_t> next(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) next[i] = r[i].token;
+    std::vector<float> trace;
+    for (int step = 0; step < 12; ++step) {
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        items[i].tokens = std::span<const int32_t>(&next[i], 1);
+        items[i].prompt = false;
+        items[i].logits = i == 0 ? LogitsWanted::Last : LogitsWanted::None;
+      }
+      e.step(items, r);
+      trace.insert(trace.end(), r[0].logits.begin(), r[0].logits.end());
+      for (size_t i = 0; i < seqs.size(); ++i) next[i] = r[i].token;
+    }
+    for (uint64_t s : seqs) e.close(s);
+    return trace;
+  };
+  const auto alone = run(0), crowded = run(7);
+  ASSERT_EQ(alone.size(), crowded.size());
+  EXPECT_EQ(test::bit_mismatches(alone.data(), crowded.data(), alone.size()), 0u);
+}
+
+TEST_F(CudaEngineTest, GraphReplayGivesTheEagerTokens) {
+  const FixtureCase c = fixture_case("glm5-tiny-a", 1);
+  auto run = [&](bool graphs) {
+    CudaEngineOptions o = small_options();
+    o.graphs = graphs;
+    CudaEngine e(weights("glm5-tiny-a"), nullptr, o);
+    SequenceSpec spec;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = 200;
+    std::vector<uint64_t> seqs = {e.open(spec), e.open(spec), e.open(spec)};
+    std::vector<StepItem> items(3);
+    for (size_t i = 0; i < 3; ++i) {
+      items[i].seq = seqs[i];
+      items[i].tokens = std::span<const int32_t>(c.input).first(c.input.size() - i);
+      items[i].sample = true;
+    }
+    std::vector<StepResult> r;
+    e.step(items, r);
+    std::vector<int32_t> out, next(3);
+    for (int step = 0; step < 16; ++step) {
+      for (size_t i = 0; i < 3; ++i) {
+        next[i] = r[i].token;
+        out.push_back(next[i]);
+        items[i].tokens = std::span<const int32_t>(&next[i], 1);
+        items[i].prompt = false;
+      }
+      e.step(items, r);
+    }
+    EXPECT_EQ(graphs, e.graph_steps() > 0);
+    return out;
+  };
+  EXPECT_EQ(run(true), run(false));
+}
+
+TEST_F(CudaEngineTest, RefusesWhatItCannotHoldAndKeepsServing) {
+  // A budget far too small for the weights: a clear error at load, not a crash.
+  {
+    CudaEngineOptions o = small_options();
+    o.vram_budget_bytes = 1 << 20;
+    try {
+      CudaEngine e(weights("glm5-tiny-chat"), nullptr, o);
+      FAIL() << "a 1 MiB budget held the model";
+    } catch (const VramExhausted& ex) {
+      EXPECT_NE(std::string(ex.what()).find("do not fit"), std::string::npos) << ex.what();
+    }
+  }
+  CudaEngineOptions o = small_options(2);
+  CudaEngine e(weights("glm5-tiny-chat"), nullptr, o);
+  SequenceSpec big;
+  big.max_tokens = e.max_tokens_per_sequence() + 1;
+  EXPECT_THROW(e.open(big), EngineFull);
+  SequenceSpec ok;
+  ok.sampling.temperature = 0;
+  ok.max_tokens = 64;
+  const uint64_t a = e.open(ok), b = e.open(ok);
+  EXPECT_THROW(e.open(ok), EngineFull);  // both slots taken
+  // A sequence that grows past what it reserved is refused, and the engine keeps serving.
+  std::vector<int32_t> long_prompt(e.max_tokens_per_sequence() > 200 ? 200 : 100, 7);
+  StepItem it;
+  it.seq = a;
+  it.tokens = long_prompt;
+  it.sample = true;
+  std::vector<StepResult> r;
+  EXPECT_THROW(e.step(std::span<const StepItem>(&it, 1), r), EngineFull);
+  e.close(a);  // a cancelled stream: its slot and blocks come back
+  const FixtureCase c = fixture_case("glm5-tiny-chat", 0);
+  it.seq = b;
+  it.tokens = c.input;
+  e.step(std::span<const StepItem>(&it, 1), r);
+  EXPECT_EQ(r[0].token, c.generated[0]);
+  const uint64_t again = e.open(ok);
+  EXPECT_NE(again, 0u);
+  // A bad token id is refused before anything changes.
+  const int32_t bad = static_cast<int32_t>(e.config().vocab_size);
+  it.seq = again;
+  it.tokens = std::span<const int32_t>(&bad, 1);
+  EXPECT_THROW(e.step(std::span<const StepItem>(&it, 1), r), Error);
+}
+
+}  // namespace
+}  // namespace ft::cuda
