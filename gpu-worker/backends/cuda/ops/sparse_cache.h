@@ -20,7 +20,7 @@ struct SparseCacheGeometry {
   int64_t latent = 0;      // Rkv
   int64_t index_dim = 0;   // ID
   int kpool = 1;           // κ
-  int64_t block_tokens() const { return kPoolsPerBlock * static_cast<int64_t>(kpool); }
+  __host__ __device__ int64_t block_tokens() const { return kPoolsPerBlock * static_cast<int64_t>(kpool); }
   int64_t max_blocks_per_seq = 0;  // columns of the block table
 };
 

@@ -1,0 +1,43 @@
+// The cache writes of ReferenceEngine::sparse_layer step 1: each new token's latent (and, on
+// own-indexer layers, its indexer key and gate logits) joins the sparse cache as fp16.
+#include <cuda_fp16.h>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/ops/mla.h"
+#include "shared/core/error.h"
+
+namespace ft::cuda {
+namespace {
+
+constexpr int kAppendThreads = 128;
+
+__global__ void __launch_bounds__(kAppendThreads)
+    append_kernel(SparseCacheLayer cache, int64_t Rkv, int64_t ID, int kpool, SparseTables t, const int32_t* slots,
+                  const int32_t* positions, const float* latent, int64_t ld_latent, const float* key,
+                  const float* gate, int64_t ld_index) {
+  const int64_t r = blockIdx.x;
+  const int64_t bt = static_cast<int64_t>(kPoolsPerBlock) * kpool;
+  const int64_t s = positions[r];
+  const int64_t row = static_cast<int64_t>(t.block_table[slots[r] * t.max_blocks_per_seq + s / bt]) * bt + s % bt;
+  for (int64_t c = threadIdx.x; c < Rkv; c += kAppendThreads)
+    cache.latent[row * Rkv + c] = __float2half_rn(latent[r * ld_latent + c]);
+  if (!cache.key) return;
+  for (int64_t c = threadIdx.x; c < ID; c += kAppendThreads) {
+    cache.key[row * ID + c] = __float2half_rn(key[r * ld_index + c]);
+    cache.gate[row * ID + c] = __float2half_rn(gate[r * ld_index + c]);
+  }
+}
+
+}  // namespace
+
+void sparse_cache_append(const SparseCacheLayer& cache, const SparseCacheGeometry& g, const SparseTables& t,
+                         const SparseRows& rows, const float* latent, int64_t ld_latent, const float* key,
+                         const float* gate, int64_t ld_index, cudaStream_t stream) {
+  if (rows.n <= 0) return;
+  if (cache.key && (!cache.gate || !key || !gate)) throw Error("sparse_cache_append: indexer cache without inputs");
+  append_kernel<<<static_cast<unsigned>(rows.n), kAppendThreads, 0, stream>>>(
+      cache, g.latent, g.index_dim, g.kpool, t, rows.slot, rows.pos, latent, ld_latent, key, gate, ld_index);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ft::cuda
