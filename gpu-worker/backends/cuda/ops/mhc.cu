@@ -1,0 +1,291 @@
+#include "gpu-worker/backends/cuda/ops/mhc.h"
+
+#include <string>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/ops/misc_device.cuh"
+#include "shared/core/error.h"
+
+namespace ft::cuda {
+namespace {
+
+using misc::for_each_chunk;
+using misc::load_chunk;
+using misc::sigmoid_ref;
+using misc::store_chunk;
+
+// site_in: 8 worker warps stream the token's values; one more warp (one lane) runs the mixing
+// map and Sinkhorn — a serial chain of ~40 dependent divisions — while the workers collapse and
+// normalise, since the collapse needs only pre.
+constexpr int kWorkers = 256;
+constexpr int kWorkerWarps = kWorkers / 32;
+constexpr int kSiteInThreads = kWorkers + 32;
+constexpr int kSiteOutThreads = 256;
+// HC: the model's hc_mult (and the tiny configs' 1…3). D: y lives in shared memory, D floats
+// under the 48 KiB default limit.
+constexpr int kMaxHc = 4;
+constexpr int64_t kMaxDim = 8192;
+
+// m = m_raw·r: the projection of x̃ = x̂·r.
+__device__ __forceinline__ float mix_logit(const float* m_raw, int k, float r) { return __fmul_rn(m_raw[k], r); }
+
+// pre_i = σ(s0·m_i + b_i) + ε_hc. Workers and the mixing lane run this same code, so the pre
+// used by the collapse and the pre written to the mix are the same bits.
+template <int HC>
+__device__ __forceinline__ void mhc_pre(const float* m_raw, float r, const float* base, float s0, float hc_eps,
+                                        float (&pre)[HC]) {
+#pragma unroll
+  for (int i = 0; i < HC; ++i)
+    pre[i] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(s0, mix_logit(m_raw, i, r)), base[i])), hc_eps);
+}
+
+// mhc_mix after the projection, and sinkhorn(), op for op (shared/ops/mhc.cpp).
+template <int HC>
+__device__ void mhc_mix_token(const float* m_raw, float r, const float* base, const float* scale, float hc_eps,
+                              int64_t iters, float* mix) {
+  float pre[HC], post[HC], Z[HC][HC];
+  mhc_pre<HC>(m_raw, r, base, scale[0], hc_eps, pre);
+  const float s1 = scale[1], s2 = scale[2];
+#pragma unroll
+  for (int j = 0; j < HC; ++j)
+    post[j] = __fmul_rn(2.0f, sigmoid_ref(__fadd_rn(__fmul_rn(s1, mix_logit(m_raw, HC + j, r)), base[HC + j])));
+#pragma unroll
+  for (int i = 0; i < HC; ++i) {
+#pragma unroll
+    for (int j = 0; j < HC; ++j) {
+      const int k = 2 * HC + i * HC + j;
+      Z[i][j] = __fadd_rn(__fmul_rn(s2, mix_logit(m_raw, k, r)), base[k]);
+    }
+  }
+
+  // Row softmax, then + ε_hc on every entry.
+#pragma unroll
+  for (int i = 0; i < HC; ++i) {
+    float mx = Z[i][0];
+#pragma unroll
+    for (int j = 1; j < HC; ++j) mx = mx < Z[i][j] ? Z[i][j] : mx;  // std::max
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < HC; ++j) {
+      Z[i][j] = expf(__fsub_rn(Z[i][j], mx));
+      s = __fadd_rn(s, Z[i][j]);
+    }
+#pragma unroll
+    for (int j = 0; j < HC; ++j) Z[i][j] = __fadd_rn(__fdiv_rn(Z[i][j], s), hc_eps);
+  }
+  auto col_step = [&] {
+#pragma unroll
+    for (int j = 0; j < HC; ++j) {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < HC; ++i) s = __fadd_rn(s, Z[i][j]);
+      const float d = __fadd_rn(s, hc_eps);
+#pragma unroll
+      for (int i = 0; i < HC; ++i) Z[i][j] = __fdiv_rn(Z[i][j], d);
+    }
+  };
+  auto row_step = [&] {
+#pragma unroll
+    for (int i = 0; i < HC; ++i) {
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < HC; ++j) s = __fadd_rn(s, Z[i][j]);
+      const float d = __fadd_rn(s, hc_eps);
+#pragma unroll
+      for (int j = 0; j < HC; ++j) Z[i][j] = __fdiv_rn(Z[i][j], d);
+    }
+  };
+  col_step();
+  for (int64_t it = 1; it < iters; ++it) {
+    row_step();
+    col_step();
+  }
+
+#pragma unroll
+  for (int i = 0; i < HC; ++i) mix[i] = pre[i];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) mix[HC + j] = post[j];
+#pragma unroll
+  for (int i = 0; i < HC; ++i)
+#pragma unroll
+    for (int j = 0; j < HC; ++j) mix[2 * HC + i * HC + j] = Z[i][j];
+}
+
+struct SiteInArgs {
+  const float* X;
+  const float* m_raw;
+  int64_t ld_m;
+  const float* base;
+  const float* scale;
+  const float* norm_w;
+  int64_t dim;
+  float rms_eps, hc_eps;
+  int64_t iters;
+  float* mix;
+  float* a;
+  int64_t ld_a;
+  float* y;  // optional
+};
+
+// One block per token: [x̂ sum of squares] → r; then the mixing lane writes mix while the workers
+// form y = Σ pre_i·X_i (kept in shared memory), its sum of squares, and a = (y·r_y)·w.
+template <int HC, bool VEC>
+__global__ void __launch_bounds__(kSiteInThreads) mhc_site_in_kernel(SiteInArgs p) {
+  constexpr int NMIX = (2 + HC) * HC;
+  extern __shared__ __align__(16) float y_s[];  // [D]; float4 chunks on the VEC path
+  __shared__ double partial_x[kWorkerWarps], partial_y[kWorkerWarps];
+  const int64_t t = blockIdx.x, D = p.dim, n = HC * D;
+  const int tid = threadIdx.x;
+  const float* Xt = p.X + t * n;
+  const float* mt = p.m_raw + t * p.ld_m;
+
+  if (tid < kWorkers) {
+    misc::SumSq acc;
+    for_each_chunk<8, VEC, 1>(&Xt, n, tid, kWorkers, [&](int64_t, const auto& v, int cnt) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (k < cnt) acc.add(v[0][k]);
+    });
+    const double v = misc::warp_sum(acc.value());
+    if ((tid & 31) == 0) partial_x[tid >> 5] = v;
+  }
+  __syncthreads();  // the last block-wide barrier: the mixing warp leaves after it
+  double ssx = partial_x[0];
+#pragma unroll
+  for (int w = 1; w < kWorkerWarps; ++w) ssx += partial_x[w];
+  const float rx = misc::inv_rms(ssx, n, p.rms_eps);
+
+  if (tid >= kWorkers) {
+    if (tid == kWorkers) mhc_mix_token<HC>(mt, rx, p.base, p.scale, p.hc_eps, p.iters, p.mix + t * NMIX);
+    return;
+  }
+
+  float pre[HC];
+  mhc_pre<HC>(mt, rx, p.base, p.scale[0], p.hc_eps, pre);
+  const float* streams[HC];
+#pragma unroll
+  for (int i = 0; i < HC; ++i) streams[i] = Xt + i * D;
+  misc::SumSq acc;
+  for_each_chunk<2, VEC, HC>(streams, D, tid, kWorkers, [&](int64_t c, const auto& v, int cnt) {
+    float yv[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // mhc_collapse starts each sum at 0 (so −0 products give +0)
+#pragma unroll
+    for (int i = 0; i < HC; ++i)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) yv[k] = __fadd_rn(yv[k], __fmul_rn(pre[i], v[i][k]));
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (k < cnt) acc.add(yv[k]);
+    store_chunk<VEC>(y_s, D, c, yv);
+    if (p.y) store_chunk<VEC>(p.y + t * D, D, c, yv);
+  });
+  const double ssy = misc::group_sum<kWorkerWarps>(acc.value(), partial_y, [] { misc::named_barrier(1, kWorkers); });
+  const float ry = misc::inv_rms(ssy, D, p.rms_eps);
+
+  // The same chunks this thread wrote to y_s (no barrier needed for them).
+  const float* const yw[2] = {y_s, p.norm_w};
+  float* at = p.a + t * p.ld_a;
+  for_each_chunk<4, VEC, 2>(yw, D, tid, kWorkers, [&](int64_t c, const auto& v, int) {
+    float o[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o[k] = __fmul_rn(__fmul_rn(v[0][k], ry), v[1][k]);
+    store_chunk<VEC>(at, D, c, o);
+  });
+}
+
+// One thread per 4 consecutive d of one token: reads every stream's chunk before writing any.
+template <int HC, bool VEC>
+__global__ void __launch_bounds__(kSiteOutThreads)
+    mhc_site_out_kernel(const float* mix, const float* o, int64_t ld_o, int64_t D, float* X) {
+  constexpr int NMIX = (2 + HC) * HC;
+  const int64_t t = blockIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kSiteOutThreads + threadIdx.x;
+  if (4 * c >= D) return;
+  const float* mt = mix + t * NMIX;
+  float* Xt = X + t * HC * D;
+
+  float old[HC][4], ov[4];
+#pragma unroll
+  for (int i = 0; i < HC; ++i) load_chunk<VEC>(Xt + i * D, D, c, old[i]);
+  load_chunk<VEC>(o + t * ld_o, D, c, ov);
+#pragma unroll
+  for (int j = 0; j < HC; ++j) {
+    const float post = mt[HC + j];
+    float s[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s[k] = __fmul_rn(post, ov[k]);
+#pragma unroll
+    for (int i = 0; i < HC; ++i) {
+      const float m = mt[2 * HC + i * HC + j];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) s[k] = __fadd_rn(s[k], __fmul_rn(m, old[i][k]));
+    }
+    store_chunk<VEC>(Xt + j * D, D, c, s);
+  }
+}
+
+template <int HC>
+void launch_site_in(const SiteInArgs& a, int64_t n_tokens, bool vec, cudaStream_t stream) {
+  const auto smem = static_cast<size_t>(a.dim) * sizeof(float);
+  if (vec) mhc_site_in_kernel<HC, true><<<static_cast<unsigned>(n_tokens), kSiteInThreads, smem, stream>>>(a);
+  else mhc_site_in_kernel<HC, false><<<static_cast<unsigned>(n_tokens), kSiteInThreads, smem, stream>>>(a);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+template <int HC>
+void launch_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_tokens, int64_t D, float* X, bool vec,
+                     cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(n_tokens),
+                  static_cast<unsigned>((D + 4 * kSiteOutThreads - 1) / (4 * kSiteOutThreads)));
+  if (vec) mhc_site_out_kernel<HC, true><<<grid, kSiteOutThreads, 0, stream>>>(mix, o, ld_o, D, X);
+  else mhc_site_out_kernel<HC, false><<<grid, kSiteOutThreads, 0, stream>>>(mix, o, ld_o, D, X);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+void check_shape(const char* what, int64_t hc, int64_t dim) {
+  if (hc < 1 || hc > kMaxHc || dim < 1 || dim > kMaxDim)
+    throw Error(std::string(what) + ": unsupported shape hc " + std::to_string(hc) + ", dim " + std::to_string(dim) +
+                " (hc 1.." + std::to_string(kMaxHc) + ", dim ≤ " + std::to_string(kMaxDim) + ")");
+}
+
+}  // namespace
+
+void mhc_site_in(const MhcSite& p, const float* X, const float* m_raw, int64_t ld_m, int64_t n_tokens, float* mix,
+                 float* a, int64_t ld_a, float* y, cudaStream_t stream) {
+  check_shape("mhc_site_in", p.hc, p.dim);
+  if (ld_m < mhc_nmix(p.hc) || ld_a < p.dim) throw Error("mhc_site_in: ld_m or ld_a narrower than a row");
+  if (n_tokens <= 0) return;
+  const SiteInArgs args{X,   m_raw, ld_m, p.base, p.scale, p.norm_w, p.dim, p.rms_eps, p.hc_eps, p.sinkhorn_iters,
+                        mix, a,     ld_a, y};
+  const bool vec = p.dim % 4 == 0 && ld_a % 4 == 0 && misc::aligned16(X) && misc::aligned16(a) &&
+                   misc::aligned16(p.norm_w) && (!y || misc::aligned16(y));
+  switch (p.hc) {
+    case 1:
+      return launch_site_in<1>(args, n_tokens, vec, stream);
+    case 2:
+      return launch_site_in<2>(args, n_tokens, vec, stream);
+    case 3:
+      return launch_site_in<3>(args, n_tokens, vec, stream);
+    default:
+      return launch_site_in<4>(args, n_tokens, vec, stream);
+  }
+}
+
+void mhc_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_tokens, int64_t hc, int64_t dim, float* X,
+                  cudaStream_t stream) {
+  check_shape("mhc_site_out", hc, dim);
+  if (ld_o < dim) throw Error("mhc_site_out: ld_o narrower than a row");
+  if (n_tokens <= 0) return;
+  const bool vec = dim % 4 == 0 && ld_o % 4 == 0 && misc::aligned16(X) && misc::aligned16(o);
+  switch (hc) {
+    case 1:
+      return launch_site_out<1>(mix, o, ld_o, n_tokens, dim, X, vec, stream);
+    case 2:
+      return launch_site_out<2>(mix, o, ld_o, n_tokens, dim, X, vec, stream);
+    case 3:
+      return launch_site_out<3>(mix, o, ld_o, n_tokens, dim, X, vec, stream);
+    default:
+      return launch_site_out<4>(mix, o, ld_o, n_tokens, dim, X, vec, stream);
+  }
+}
+
+}  // namespace ft::cuda
