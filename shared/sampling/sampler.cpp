@@ -30,51 +30,57 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
-Sampler::Sampler(const SamplingConfig& c) : c_(c), rng_(c.seed ? *c.seed : std::random_device{}()) {}
-
-int32_t Sampler::sample(std::span<float> logits, const TokenHistory& h) {
-  apply_penalties(logits, h, c_);
-  if (c_.temperature <= 0.0f) return argmax(logits);
+int32_t sample_from(std::span<float> logits, const TokenHistory& h, const SamplingConfig& c, double u01) {
+  apply_penalties(logits, h, c);
+  if (c.temperature <= 0.0f) return argmax(logits);
   const int32_t V = static_cast<int32_t>(logits.size());
   // Candidates sorted by logit (ties: lower id first) so every filter and the draw walk one order.
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
   int32_t keep = V;
-  if (c_.top_k > 0 && c_.top_k < V) keep = c_.top_k;
+  if (c.top_k > 0 && c.top_k < V) keep = c.top_k;
   auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), better);
   order.resize(keep);
-  const float inv_t = 1.0f / c_.temperature;
+  const float inv_t = 1.0f / c.temperature;
   const double mx = static_cast<double>(logits[order[0]]) * inv_t;
   std::vector<double> p(keep);
   double sum = 0.0;
   for (int32_t i = 0; i < keep; ++i) sum += (p[i] = std::exp(static_cast<double>(logits[order[i]]) * inv_t - mx));
   for (double& x : p) x /= sum;
-  if (c_.min_p > 0.0f) {
-    const double floor = c_.min_p * p[0];
+  if (c.min_p > 0.0f) {
+    const double floor = c.min_p * p[0];
     int32_t n = 1;
     while (n < keep && p[n] >= floor) ++n;
     keep = n;
   }
-  if (c_.top_p > 0.0f && c_.top_p < 1.0f) {
+  if (c.top_p > 0.0f && c.top_p < 1.0f) {
     double cum = 0.0;
     int32_t n = 0;
     while (n < keep) {
       cum += p[n++];
-      if (cum >= c_.top_p) break;
+      if (cum >= c.top_p) break;
     }
     keep = n;
   }
   double total = 0.0;
   for (int32_t i = 0; i < keep; ++i) total += p[i];
-  // A 53-bit uniform draw from the sequence's own stream.
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
+  const double u = u01 * total;
   double cum = 0.0;
   for (int32_t i = 0; i < keep; ++i) {
     cum += p[i];
     if (u < cum) return order[i];
   }
   return order[keep - 1];
+}
+
+Sampler::Sampler(const SamplingConfig& c) : c_(c), rng_(c.seed ? *c.seed : std::random_device{}()) {}
+
+int32_t Sampler::sample(std::span<float> logits, const TokenHistory& h) {
+  // A 53-bit uniform from the sequence's own stream; greedy tokens draw none, as before the
+  // draw was separable, so a seeded stream gives the same generation it always did.
+  const double u01 = c_.temperature <= 0.0f ? 0.0 : std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  return sample_from(logits, h, c_, u01);
 }
 
 }  // namespace ft

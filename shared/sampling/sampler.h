@@ -38,6 +38,13 @@ void apply_penalties(std::span<float> logits, const TokenHistory& h, const Sampl
 // Index of the largest value; ties go to the lowest index.
 int32_t argmax(std::span<const float> logits);
 
+// Sampler::sample with the uniform draw u01 ∈ [0, 1) given instead of taken from a stream:
+// penalties (logits modified in place), then argmax when temperature ≤ 0 (u01 unused), else the
+// candidates sorted by logit (ties: lower id first), top-k, softmax at the temperature, min-p,
+// top-p, and the first kept candidate whose cumulative probability exceeds u01 · (the kept
+// total). Pure, so another sampler (the GPU's) can be checked against it draw for draw.
+int32_t sample_from(std::span<float> logits, const TokenHistory& h, const SamplingConfig& c, double u01);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingConfig& c);
