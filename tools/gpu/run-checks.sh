@@ -8,7 +8,8 @@
 #   tools/gpu/run-checks.sh run [what]  (on the GPU machine) runs every `gpu` test, then
 #                                       flashtier-check --backend cuda on every model fixture, then the
 #                                       benchmarks; logs go to $OUT (or .gpu-bundle/out); a table ends it.
-#                                       what: all (default) | tests | check | bench | probe
+#                                       what: all (default), or a comma list of probe, tests,
+#                                       check, stack, bench
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -16,12 +17,18 @@ BUNDLE=$ROOT/.gpu-bundle
 
 pack() {
   set -e
-  local build=${BUILD_DIR:-$ROOT/build}
-  cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  # Its own build tree with kernels for sm_90 only (the H200): half the bytes to carry. The
+  # product builds sm_86 and sm_90 (CMakeLists.txt).
+  local build=${BUILD_DIR:-$ROOT/build-gpu}
+  cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  # PACK="a b c" packs only those targets (the working tree and the bundle travel within 64 MiB).
   local targets=(test_cuda)
-  for t in flashtier-check flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla \
-           flashtier-bench-engine; do
-    if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:"; then targets+=("$t"); fi
+  local wanted=${PACK:-flashtier-check flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla
+                  flashtier-bench-engine flashtier-local flashtier-gpu-worker flashtier-gateway flashtier-cpu-expert-worker}
+  local known
+  known=$(ninja -C "$build" -t targets all 2>/dev/null)
+  for t in $wanted; do
+    if grep -q "^$t:" <<<"$known"; then targets+=("$t"); fi
   done
   cmake --build "$build" --target "${targets[@]}" -j"$(nproc)"
   rm -rf "$BUNDLE/stage"
@@ -56,6 +63,7 @@ probe() {
 
 run() {
   local what=${1:-all}
+  has() { [ "$what" = all ] || [[ ",$what," == *",$1,"* ]]; }
   local out=${OUT:-$BUNDLE/out}
   mkdir -p "$out" "$BUNDLE/x"
   tar -C "$BUNDLE/x" -xJf "$BUNDLE/bundle.tar.xz"
@@ -67,35 +75,50 @@ run() {
   fi
   local bin=$BUNDLE/x/bin
   local table=()
-  if [ "$what" = probe ] || [ "$what" = all ]; then probe 2>&1 | tee "$out/probe.txt"; fi
-  if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = probe ]; then
+  if has probe; then probe 2>&1 | tee "$out/probe.txt"; fi
+  if has tests; then
     echo "== gpu tests"
-    "$bin/test_cuda" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$out/test_cuda.txt" 2>&1
+    timeout "${TEST_TIMEOUT:-420}" "$bin/test_cuda" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
+      >"$out/test_cuda.txt" 2>&1
     local rc=$?
     grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/test_cuda.txt" | tail -40
     tail -3 "$out/test_cuda.txt"
     table+=("| gpu tests (test_cuda) | rc=$rc | $(grep -E '^\[  PASSED' "$out/test_cuda.txt" | head -1) $(grep -E '^\[  FAILED  \] [0-9]+ test' "$out/test_cuda.txt" | head -1) |")
   fi
-  if { [ "$what" = check ] || [ "$what" = all ]; } && [ -x "$bin/flashtier-check" ]; then
+  if has check && [ -x "$bin/flashtier-check" ]; then
     echo "== flashtier-check --backend cuda"
     for ref in "$ROOT"/tests/fixtures/glm5-*/reference.safetensors "$ROOT"/tests/fixtures/glm5-variants/*/reference.safetensors; do
       [ -f "$ref" ] || continue
       local dir name
       dir=$(dirname "$ref"); name=${dir#"$ROOT"/tests/fixtures/}
-      "$bin/flashtier-check" --backend cuda --model "$dir/model" --reference "$ref" >"$out/check-${name//\//_}.txt" 2>&1
+      echo "## $name" >>"$out/check.txt"
+      timeout 120 "$bin/flashtier-check" --backend cuda --model "$dir/model" --reference "$ref" >"$out/check1.txt" 2>&1
       local rc=$?
-      table+=("| check $name | rc=$rc | $(tail -1 "$out/check-${name//\//_}.txt") |")
+      cat "$out/check1.txt" >>"$out/check.txt"
+      table+=("| check $name | rc=$rc | $(tail -1 "$out/check1.txt") |")
     done
   fi
-  if { [ "$what" = bench ] || [ "$what" = all ]; }; then
+  if has stack && [ -x "$bin/flashtier-local" ]; then
+    echo "== whole stack (flashtier-local --backend cuda)"
+    timeout 300 python3 "$ROOT/tools/gpu/stack_check.py" "$bin" "$ROOT/tests/fixtures/glm5-tiny-chat" --backend cuda \
+      >"$out/stack.txt" 2>&1
+    local rc=$?
+    cat "$out/stack.txt" | head -40
+    table+=("| whole stack tiny-chat | rc=$rc | $(grep -c '^ok' "$out/stack.txt") ok, $(grep -c '^FAIL' "$out/stack.txt") failed |")
+  fi
+  if has bench; then
     for b in flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla flashtier-bench-engine; do
       [ -x "$bin/$b" ] || continue
       echo "== $b"
-      timeout 240 "$bin/$b" ${BENCH_ARGS:-} >"$out/$b.txt" 2>&1
-      table+=("| $b | rc=$? | see $b.txt |")
-      tail -40 "$out/$b.txt"
+      echo "## $b" >>"$out/bench.txt"
+      timeout "${BENCH_TIMEOUT:-240}" "$bin/$b" ${BENCH_ARGS:-} >"$out/bench1.txt" 2>&1
+      local rc=$?
+      cat "$out/bench1.txt" >>"$out/bench.txt"
+      table+=("| $b | rc=$rc | see bench.txt |")
+      tail -30 "$out/bench1.txt"
     done
   fi
+  rm -f "$out/check1.txt" "$out/bench1.txt"
   echo
   echo "| what | status | result |"
   echo "|---|---|---|"

@@ -50,7 +50,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   lim.max_pools = std::max<int64_t>(o.context_size / std::max<int64_t>(cfg_.index_kpool, 1), 1);
   bufs_ = std::make_unique<StepBuffers>();
   try {
-    bufs_->allocate(cfg_, lim, model_->max_linear_in, *budget_);
+    bufs_->allocate(*model_, lim, *budget_);
   } catch (const VramExhausted& e) {
     throw VramExhausted(std::string("no room for the activations of a ") + std::to_string(lim.max_tokens) +
                         "-token step (lower --chunk-size): " + e.what());
@@ -196,7 +196,9 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
   FT_CUDA_CHECK(cudaMemcpyAsync(b.pos, pos, plan.rows * 4, cudaMemcpyHostToDevice, stream_));
   FT_CUDA_CHECK(cudaMemcpyAsync(b.logit_rows, lrows, plan.logit_rows * 4, cudaMemcpyHostToDevice, stream_));
   for (size_t i : order)
-    if (items[i].prompt) sampler_->add_prompt(seqs_.at(items[i].seq)->slot, items[i].tokens, stream_);
+    if (items[i].prompt)
+      sampler_->add_prompt(seqs_.at(items[i].seq)->slot, b.tokens + row0[i],
+                           static_cast<int64_t>(items[i].tokens.size()), stream_);
 
   const bool graph = opts_.graphs && !profiling_ && fwd_->graph_safe() && decode_rows == plan.rows &&
                      plan.rows <= opts_.max_graph_batch && plan.logit_rows == plan.rows &&

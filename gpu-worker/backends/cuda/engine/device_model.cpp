@@ -10,6 +10,7 @@
 #include "gpu-worker/backends/cuda/engine/device_fill.h"
 #include "shared/core/error.h"
 #include "shared/core/half.h"
+#include "shared/exl3/expert_block.h"
 #include "shared/exl3/reference.h"
 
 namespace ft::cuda {
@@ -105,6 +106,29 @@ class Uploader {
       g.out += p->out;
       any_synthetic |= synthetic(*p);
     }
+    bool any_quantized = false;
+    for (const DenseLinear* p : parts) any_quantized |= p->exl3 != nullptr;
+    if (any_quantized) {
+      // Quantized parts stay separate (each has its own scales and K); dense ones beside them
+      // become their own fp16 linears.
+      for (const DenseLinear* p : parts) {
+        GpuLinear gl;
+        gl.out = p->out;
+        gl.in = p->in;
+        if (p->exl3) {
+          m_.exl3_storage.push_back(
+              std::make_unique<Exl3LinearGpu>(upload_exl3_linear(*p->exl3, p->out, p->in, b_)));
+          m_.bytes += m_.exl3_storage.back()->bytes();
+          gl.exl3 = m_.exl3_storage.back().get();
+          m_.exl3_linears.push_back(&gl.exl3->dev());
+        } else {
+          const std::vector<float> d = host_dense(*p);
+          gl.dense = f16(d.data(), p->out, p->in, &p->bias, what);
+        }
+        g.parts.push_back(gl);
+      }
+      return g;
+    }
     if (any_synthetic) {
       GpuLinear gl;
       gl.out = g.out;
@@ -164,6 +188,40 @@ class Uploader {
     l.in = in;
     l.w = w;
     return f32(l, what);
+  }
+
+  // EXL3 routed experts packed into expert blocks (shared/exl3/expert_block.h, the
+  // cpu-expert-worker's layout) in VRAM, and the layer's table of where each one is.
+  Exl3MoeLayer exl3_experts(const std::vector<MlpWeights>& ex, const ModelConfig& c, int64_t layer,
+                            const std::string& what) {
+    const int64_t D = c.hidden_size, I = c.moe_intermediate_size;
+    exl3::ExpertGeometry geo;
+    geo.hidden = D;
+    geo.inter = I;
+    const exl3::Exl3Linear* pr[3] = {ex[0].gate.exl3.get(), ex[0].up.exl3.get(), ex[0].down.exl3.get()};
+    for (int j = 0; j < 3; ++j) {
+      geo.K[j] = pr[j]->K;
+      geo.codebook[j] = pr[j]->codebook;
+    }
+    const exl3::ExpertBlockHeader h = exl3::plan_expert_block(geo);
+    const size_t bb = h.block_bytes;
+    std::vector<uint8_t> host(bb * ex.size());
+    for (size_t e = 0; e < ex.size(); ++e) {
+      if (!ex[e].gate.exl3 || !ex[e].up.exl3 || !ex[e].down.exl3)
+        throw Error(what + "mlp.experts." + std::to_string(e) + ": routed experts mix quantized and dense projections");
+      exl3::pack_expert_block(*ex[e].gate.exl3, *ex[e].up.exl3, *ex[e].down.exl3, D, I, host.data() + e * bb);
+    }
+    auto* dev = static_cast<uint8_t*>(raw(host.data(), host.size(), what + "routed expert blocks"));
+    Exl3MoeLayer L = exl3_moe_geometry(host.data(), static_cast<int>(ex.size()));
+    std::vector<Exl3ExpertPtrs> table(ex.size());
+    for (size_t e = 0; e < ex.size(); ++e) {
+      exl3_moe_check_block(L, host.data() + e * bb, static_cast<int>(e));
+      table[e] = exl3_expert_ptrs(host.data() + e * bb, dev + e * bb);
+    }
+    L.table = static_cast<const Exl3ExpertPtrs*>(
+        raw(table.data(), table.size() * sizeof(Exl3ExpertPtrs), what + "routed expert table"));
+    (void)layer;
+    return L;
   }
 
   MlpGpu mlp(const MlpWeights& w, const std::string& what) {
@@ -324,7 +382,10 @@ std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& bud
       mo.router = up.f32(moe.router, p + "mlp.gate");
       mo.correction_bias = up.vec(moe.correction_bias, p + "mlp.gate.e_score_correction_bias");
       mo.shared = up.mlp(moe.shared, p + "mlp.shared_experts");
-      if (!moe.experts.empty()) {
+      if (!moe.experts.empty() && moe.experts[0].gate.exl3) {
+        mo.exl3_experts = up.exl3_experts(moe.experts, c, l, p);
+        mo.local_experts = true;
+      } else if (!moe.experts.empty()) {
         std::vector<DenseExpert> table;
         for (size_t e = 0; e < moe.experts.size(); ++e) {
           const MlpWeights& x = moe.experts[e];

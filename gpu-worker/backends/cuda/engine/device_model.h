@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "gpu-worker/backends/cuda/core/vram.h"
+#include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
+#include "gpu-worker/backends/cuda/exl3/moe.h"
 #include "gpu-worker/backends/cuda/ops/embed.h"
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/mhc.h"
@@ -21,7 +23,6 @@
 
 namespace ft::cuda {
 
-struct Exl3LinearGpu;  // exl3/ (quantized linears), owned by DeviceModel
 
 // One linear in whichever form the checkpoint holds.
 struct GpuLinear {
@@ -82,8 +83,10 @@ struct MoeLayerGpu {
   LinearF32 router;                       // [E, D] fp32
   const float* correction_bias = nullptr; // [E]
   MlpGpu shared;
-  // Routed experts resident in VRAM (when the model's experts are loaded here): dense fp16.
+  // Routed experts resident in VRAM (when the model's experts are loaded here): dense fp16, or
+  // EXL3 expert blocks (the cpu-expert-worker's layout) read by the grouped EXL3 kernel.
   const DenseExpert* dense_experts = nullptr;  // device array [E]
+  std::optional<Exl3MoeLayer> exl3_experts;
   bool local_experts = false;
 };
 
@@ -103,10 +106,12 @@ struct DeviceModel {
   LinearGroup lm_head;  // [V, D]
   std::vector<LayerGpu> layers;
   int64_t max_linear_in = 0;  // widest input of any dense linear (fp16 staging columns)
+  std::vector<const Exl3LinearDev*> exl3_linears;  // every quantized linear (workspace sizing)
   uint64_t bytes = 0;         // weight bytes on the GPU
 
   // Keeps every allocation alive.
   std::vector<DeviceArray<uint8_t>> storage;
+  std::vector<std::unique_ptr<Exl3LinearGpu>> exl3_storage;
 };
 
 // Uploads `w` (the fp32 host weights; EXL3 linears kept quantized) to the GPU, every byte from

@@ -207,7 +207,10 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   op_mark(prof_, "moe routed experts", s);
   if (m.local_experts) {
     moe_dispatch(routes, static_cast<int>(E), d, s);
-    moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);
+    if (m.exl3_experts)
+      exl3_moe_experts(*m.exl3_experts, routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, b_.exl3_moe_ws, s);
+    else
+      moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
   } else {
     if (!host_experts_) throw Error("layer " + std::to_string(l) + ": the routed experts are neither on the GPU nor on a tier");

@@ -19,8 +19,9 @@ class GpuSampler {
   ~GpuSampler();
 
   void open(int slot, const SequenceSpec& spec, cudaStream_t stream);
-  // Tokens the slot was fed as prompt (the repetition penalty looks at them).
-  void add_prompt(int slot, std::span<const int32_t> tokens, cudaStream_t stream);
+  // Tokens the slot was fed as prompt (the repetition penalty looks at them): n ids in device
+  // memory (the step's token rows).
+  void add_prompt(int slot, const int32_t* tokens_device, int64_t n, cudaStream_t stream);
 
   // Rows r < n of `logits` ([n, V] device, row r belongs to slots[r]) → a token per row (and
   // logprobs where the slot asked), written into out[r]. Synchronises the stream once.

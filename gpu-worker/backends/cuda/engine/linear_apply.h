@@ -11,11 +11,13 @@
 
 namespace ft::cuda {
 
-// Staging for the fp16 copy of a linear's input: rows × cols halves and one scale per row.
+// Staging for the fp16 copy of a linear's input: rows × cols halves and one scale per row; and
+// the EXL3 kernels' workspace (zeroed once; the kernels leave it zeroed).
 struct F16Staging {
   __half* xh = nullptr;
   float* scale = nullptr;
   int64_t max_rows = 0, max_cols = 0;
+  void* exl3_ws = nullptr;
 };
 
 // y[r][offset_i …] = part_i(x[r]) for every part, r < rows.

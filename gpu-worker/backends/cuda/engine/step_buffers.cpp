@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/engine/scratch_plan.h"
 #include "gpu-worker/backends/cuda/ops/mhc.h"
 
@@ -29,8 +30,24 @@ struct Layout {
   }
 };
 
+// The EXL3 kernels' workspaces: the largest any quantized linear / MoE layer needs.
+size_t exl3_linear_ws(const DeviceModel& m, int64_t rows) {
+  size_t b = 0;
+  for (const Exl3LinearDev* L : m.exl3_linears) b = std::max(b, exl3_linear_workspace_bytes(*L, rows));
+  return b;
+}
+size_t exl3_moe_ws(const DeviceModel& m, int64_t tokens) {
+  size_t b = 0;
+  for (const LayerGpu& L : m.layers)
+    if (L.moe && L.moe->exl3_experts)
+      b = std::max(b, exl3_moe_workspace_bytes(*L.moe->exl3_experts, tokens, static_cast<int>(m.cfg.num_experts_per_tok)));
+  return b;
+}
+
 template <class F>
-void lay_out(const ModelConfig& c, const StepLimits& lim, int64_t max_linear_in, F&& put) {
+void lay_out(const DeviceModel& m, const StepLimits& lim, F&& put) {
+  const ModelConfig& c = m.cfg;
+  const int64_t max_linear_in = m.max_linear_in;
   const int64_t T = lim.max_tokens, R = lim.max_logit_rows, D = c.hidden_size, HC = c.hc_mult;
   const int64_t nmix = mhc_nmix(HC), W = staging_cols(c, max_linear_in);
   const int64_t rows16 = T * std::max<int64_t>(c.num_attention_heads, 1);  // per-(row, head) scales
@@ -49,25 +66,28 @@ void lay_out(const ModelConfig& c, const StepLimits& lim, int64_t max_linear_in,
   put("sel_count", T * 4);
   put("h_final", R * D * 4);
   put("logits", R * c.vocab_size * 4);
+  put("exl3_ws", static_cast<int64_t>(exl3_linear_ws(m, std::max(T, R))));
+  put("exl3_moe_ws", static_cast<int64_t>(exl3_moe_ws(m, T)));
   put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools).max()));
 }
 
 }  // namespace
 
-uint64_t step_buffer_bytes(const ModelConfig& c, const StepLimits& lim, int64_t max_linear_in) {
+uint64_t step_buffer_bytes(const DeviceModel& m, const StepLimits& lim) {
   Layout l;
-  lay_out(c, lim, max_linear_in, [&](const char*, int64_t n) { l.at(static_cast<size_t>(n)); });
+  lay_out(m, lim, [&](const char*, int64_t n) { l.at(static_cast<size_t>(n)); });
   return l.bytes;
 }
 
-void StepBuffers::allocate(const ModelConfig& c, const StepLimits& limits, int64_t max_linear_in, VramBudget& budget) {
+void StepBuffers::allocate(const DeviceModel& m, const StepLimits& limits, VramBudget& budget) {
   lim = limits;
-  mem_ = DeviceArray<uint8_t>(budget, step_buffer_bytes(c, lim, max_linear_in), VramCategory::Workspace,
-                              "step buffers");
+  const ModelConfig& c = m.cfg;
+  mem_ = DeviceArray<uint8_t>(budget, step_buffer_bytes(m, lim), VramCategory::Workspace, "step buffers");
   uint8_t* base = mem_.get();
   Layout l;
   size_t scratch_at = 0, scratch_bytes = 0;
-  lay_out(c, lim, max_linear_in, [&](const char* name, int64_t n) {
+  size_t ws_at = 0, ws_bytes = 0, moe_at = 0, moe_bytes = 0;
+  lay_out(m, lim, [&](const char* name, int64_t n) {
     const size_t at = l.at(static_cast<size_t>(n));
     void* p = base + at;
     const std::string s = name;
@@ -87,8 +107,19 @@ void StepBuffers::allocate(const ModelConfig& c, const StepLimits& limits, int64
     else if (s == "h_final") h_final = static_cast<float*>(p);
     else if (s == "logits") logits = static_cast<float*>(p);
     else if (s == "scratch") scratch_at = at, scratch_bytes = static_cast<size_t>(n);
+    else if (s == "exl3_ws") ws_at = at, ws_bytes = static_cast<size_t>(n);
+    else if (s == "exl3_moe_ws") moe_at = at, moe_bytes = static_cast<size_t>(n);
   });
-  const int64_t W = staging_cols(c, max_linear_in);
+  if (ws_bytes) {
+    staging.exl3_ws = base + ws_at;
+    exl3_linear_workspace_init(staging.exl3_ws, ws_bytes, nullptr);
+  }
+  if (moe_bytes) {
+    exl3_moe_ws = base + moe_at;
+    exl3_moe_workspace_init(exl3_moe_ws, moe_bytes, nullptr);
+  }
+  FT_CUDA_CHECK(cudaDeviceSynchronize());  // the zeroing above ran on the legacy stream
+  const int64_t W = staging_cols(c, m.max_linear_in);
   staging.max_rows = std::max(lim.max_tokens, lim.max_logit_rows);
   staging.max_cols = W;
   scratch.init(base + scratch_at, scratch_bytes);

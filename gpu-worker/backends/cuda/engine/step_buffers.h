@@ -10,6 +10,7 @@
 
 #include "gpu-worker/backends/cuda/core/vram.h"
 #include "gpu-worker/backends/cuda/engine/arena.h"
+#include "gpu-worker/backends/cuda/engine/device_model.h"
 #include "gpu-worker/backends/cuda/engine/linear_apply.h"
 #include "shared/model/config.h"
 
@@ -37,17 +38,17 @@ struct StepBuffers {
   int32_t* sel_count = nullptr;   // [T]
   float* h_final = nullptr;       // [R, D]
   float* logits = nullptr;        // [R, V]
+  void* exl3_moe_ws = nullptr;    // the grouped EXL3 experts' workspace (zeroed once)
   Arena scratch;
 
-  // Allocates everything from `budget` (category Workspace). `max_linear_in`: the widest input of
-  // a dense linear (DeviceModel::max_linear_in).
-  void allocate(const ModelConfig& c, const StepLimits& lim, int64_t max_linear_in, VramBudget& budget);
+  // Allocates everything from `budget` (category Workspace).
+  void allocate(const DeviceModel& m, const StepLimits& lim, VramBudget& budget);
 
  private:
   DeviceArray<uint8_t> mem_;
 };
 
 // Bytes allocate() takes for these limits (for planning the VRAM budget).
-uint64_t step_buffer_bytes(const ModelConfig& c, const StepLimits& lim, int64_t max_linear_in);
+uint64_t step_buffer_bytes(const DeviceModel& m, const StepLimits& lim);
 
 }  // namespace ft::cuda

@@ -32,14 +32,16 @@ namespace ft::cuda {
 // Device-side description of one dense fp16 linear (pointers into weight memory).
 struct LinearF16 {
   int64_t out = 0, in = 0;
-  const __half* w = nullptr;    // [out, in] row-major, fp16 of W·2^e; rows 16-byte aligned (in % 8 == 0)
+  const __half* w = nullptr;    // [out, in_pad] row-major, fp16 of W·2^e, in_pad = in rounded up to 8
+                                // (padding columns 0, as prepare_linear_f16 makes it); 16-byte aligned
   float w_scale = 1.0f;         // 2^−e
   const float* bias = nullptr;  // [out] fp32, or null
   int k_chunk = 0;              // KC, from linear_k_chunk(in, out)
 };
 
 // KC for a weight of this shape: a multiple of 16 (every K-split a kernel may use is a union of
-// whole chunks). Depends on (in, out) only.
+// whole chunks). Depends on (in, out) only. This implementation: max(256, ⌈in/16⌉ rounded up to
+// 64), i.e. a multiple of 64 with at most 16 chunks — what linear_f16 requires of k_chunk.
 int linear_k_chunk(int64_t in, int64_t out);
 
 // Host-side preparation of a weight for upload: fp16 bits of W·2^e (row-major [out, in_pad],
@@ -65,6 +67,8 @@ enum class LinearStore : int {
 // y[r][n] = row_scale[r]·w_scale·acc(r, n) (+ bias[n]) for r < rows, n < L.out, y rows ld_y
 // floats apart; xh rows ld_xh halves apart (ld_xh ≥ L.in rounded up to 8). Picks the skinny
 // kernel for few rows and the tiled one for many; both obey the reduction contract above.
+// Stored value: (acc·row_scale)·w_scale, then + bias[n], then (Accumulate) y + that, in fp32 in
+// this order. xh 16-byte aligned, ld_xh % 8 == 0; y may be unaligned (parts side by side).
 void linear_f16(const LinearF16& L, const __half* xh, int64_t ld_xh, const float* row_scale, int64_t rows, float* y,
                 int64_t ld_y, cudaStream_t stream, LinearStore store = LinearStore::Overwrite);
 

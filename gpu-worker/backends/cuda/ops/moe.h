@@ -39,7 +39,9 @@ struct MoeDispatchSizes {
 };
 MoeDispatchSizes moe_dispatch_sizes(int64_t max_n, int top_k, int n_experts);
 
-// Fills `d` from the routes (deterministic, no atomics whose order matters).
+// Fills `d` from the routes (deterministic, no atomics whose order matters). One block; its
+// shared memory is 33·n_experts int32 (n_experts ≤ ~1700 on sm_90, ~750 on sm_86). Picks with an
+// expert id outside [0, n_experts) are left out of every list (their Y rows are not written).
 void moe_dispatch(const MoeRoutes& r, int n_experts, const MoeDispatch& d, cudaStream_t stream);
 
 // out[t] (=, or += with Accumulate) Σ_k weight[t·top_k + k]·Y[t·top_k + k] summed in ascending
@@ -47,7 +49,9 @@ void moe_dispatch(const MoeRoutes& r, int n_experts, const MoeDispatch& d, cudaS
 void moe_combine(const float* Y, const float* weight, int64_t n, int top_k, int64_t D, float* out, int64_t ld_out,
                  LinearStore store, cudaStream_t stream);
 
-// One expert in VRAM, dense fp16 (gate, up: [I, D]; down: [D, I]).
+// One expert in VRAM, dense fp16 (gate, up: [I, D]; down: [D, I]), as prepare_linear_f16 lays
+// them out. moe_dense_experts uses linear_k_chunk(D, I) / linear_k_chunk(I, D) for the chunks
+// (the k_chunk fields must hold those values for a pick to equal a linear_f16 call bit for bit).
 struct DenseExpert {
   LinearF16 gate, up, down;
 };
@@ -59,6 +63,8 @@ size_t moe_dense_workspace_bytes(int64_t max_n, int top_k, int64_t D, int64_t I)
 // p = (t, k) with expert e = routes.expert[p] (unweighted: moe_combine applies the weights).
 // experts: device array [n_experts] of DenseExpert. x: [n, D] fp32 (ld_x floats apart). Y:
 // [n·top_k, D] fp32. Grid sizes depend on n and top_k only (graph-capturable for a fixed n).
+// Launches: to_f16_rows(x), the tile list, gate/up + SwiGLU (grouped), to_f16_rows(h), down
+// (grouped); the grouped kernels are persistent grids that read the tile count on the device.
 void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const MoeDispatch& d, const float* x,
                        int64_t ld_x, int64_t D, int64_t I, float limit, float* Y, void* workspace,
                        cudaStream_t stream);

@@ -1,0 +1,109 @@
+#pragma once
+// EXL3 linears on the GPU — the twin of shared/exl3/reference.h:
+//   y = ((((x ⊙ suh)·Ĥ)·Wq)·Ĥ) ⊙ svh (+ bias), sliced to the logical `out` columns,
+// with the trellis decoded inside the matmul (the dense weight never exists in global memory).
+//
+// Device form of a linear: the packed trellis of shared/exl3/packed.h (the layout of the
+// cpu-expert-worker's expert blocks, so the grouped MoE kernel in moe.h reads the same form),
+// suh/svh as fp16 (the checkpoint's own values) and an optional fp32 bias [out_p].
+//
+// Numerics:
+//   * input transform: fp32 x (zero-extended to in_p) ⊙ suh, the 128-point Hadamard in fp32 with
+//     hadamard.cpp's butterfly order (same bits as the CPU), then fp16 of xh·2^e_r with e_r chosen
+//     per row exactly as to_f16_rows (ops/linear.h) does; row_scale = 2^−e_r;
+//   * weights: the reference decode's fp16 values bit for bit (spec §5's GPU formulas);
+//   * matmul: mma.m16n8k16, fp16 operands, fp32 accumulation, under the reduction contract of
+//     ops/linear.h with KC = exl3_k_chunk(in_p, out_p) (chunk partials added left to right);
+//   * output transform: the Hadamard on the fp32 sums (same butterflies), ·svh, ·row_scale, + bias.
+// Batch invariance: a row's output bits depend only on that row, whatever the row count, the
+// kernel chosen (skinny for ≤ 32 rows, row batches of 32 beyond) or the row's position.
+//
+// Host functions take device pointers and a stream, allocate nothing and never synchronise
+// (upload and decode-to-dense are load-time helpers and say so).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gpu-worker/backends/cuda/core/vram.h"
+#include "gpu-worker/backends/cuda/ops/linear.h"
+#include "shared/exl3/codebook.h"
+#include "shared/exl3/exl3_linear.h"
+
+namespace ft::cuda {
+
+// One EXL3 linear as the kernels see it (pointers into device or mapped host memory).
+struct Exl3LinearDev {
+  int K = 0;                                        // bits per weight, 1…8
+  ft::exl3::Codebook codebook = ft::exl3::Codebook::Inst3;
+  int64_t in = 0, out = 0;                          // logical widths (x has `in` columns, y gets `out`)
+  int64_t in_p = 0, out_p = 0;                      // padded, multiples of 128
+  const uint32_t* trellis = nullptr;                // packed form, in_p·out_p·K/8 bytes, 16-byte aligned
+  const __half* suh = nullptr;                      // [in_p]
+  const __half* svh = nullptr;                      // [out_p]
+  const float* bias = nullptr;                      // [out_p] or null
+  int k_chunk = 0;                                  // KC = exl3_k_chunk(in_p, out_p)
+};
+
+// KC of the reduction contract for an EXL3 weight: a power of two times 128 that divides in_p,
+// the largest that still leaves ≥ 256 (128-column block, chunk) work items, at least 128. A
+// function of (in_p, out_p) only.
+int exl3_k_chunk(int64_t in_p, int64_t out_p);
+
+// An uploaded linear: owns its device memory (VramCategory::Weights).
+class Exl3LinearGpu {
+ public:
+  Exl3LinearGpu() = default;
+  const Exl3LinearDev& dev() const { return dev_; }
+  uint64_t bytes() const { return trellis_.bytes() + scales_.bytes() + bias_.bytes(); }
+
+ private:
+  friend Exl3LinearGpu upload_exl3_linear(const ft::exl3::Exl3Linear&, int64_t, int64_t, VramBudget&);
+  Exl3LinearDev dev_;
+  DeviceArray<uint32_t> trellis_;
+  DeviceArray<__half> scales_;  // suh [in_p] then svh [out_p]
+  DeviceArray<float> bias_;
+};
+
+// Packs q's trellis on the host (ft::exl3::pack_trellis) and copies trellis, suh, svh and bias to
+// the GPU (synchronous: a load-time call). out/in are the logical widths (checked against the
+// padded sizes). Throws VramExhausted past the budget.
+Exl3LinearGpu upload_exl3_linear(const ft::exl3::Exl3Linear& q, int64_t out, int64_t in, VramBudget& budget);
+
+// Describes a linear whose packed trellis and fp16 suh/svh already sit in device-visible memory
+// (an expert block's projection, for example).
+Exl3LinearDev exl3_linear_view(int K, ft::exl3::Codebook cb, int64_t in, int64_t out, const uint32_t* trellis,
+                               const __half* suh, const __half* svh, const float* bias = nullptr);
+
+// Scratch of exl3_linear for up to max_rows rows (bytes, 256-aligned pieces inside). Before its
+// first use a workspace must be zeroed once (exl3_linear_workspace_init); the kernels leave their
+// counters at zero again, so it can then be reused by any linear on the same stream.
+size_t exl3_linear_workspace_bytes(const Exl3LinearDev& L, int64_t max_rows);
+void exl3_linear_workspace_init(void* workspace, size_t bytes, cudaStream_t stream);
+
+// y[r][n] = (… as above …) for r < rows, n < L.out; x rows ld_x floats apart (L.in columns
+// read), y rows ld_y floats apart. Accumulate adds to y instead of overwriting it.
+void exl3_linear(const Exl3LinearDev& L, const float* x, int64_t ld_x, int64_t rows, float* y, int64_t ld_y,
+                 void* workspace, cudaStream_t stream, LinearStore store = LinearStore::Overwrite);
+
+// The two halves of exl3_linear, for callers that make the transformed input themselves (the
+// grouped MoE does) or reuse it:
+// xh[r] = the permuted fp16 row of ((x[r] ⊙ suh)·Ĥ)·2^e_r ([rows][in_p] halves, inside every
+// 32-input block in the B-fragment order of device.cuh), row_scale[r] = 2^−e_r.
+void exl3_input_transform(const float* x, int64_t ld_x, int64_t rows, int64_t in, const __half* suh, int64_t in_p,
+                          __half* xh, float* row_scale, cudaStream_t stream);
+// The matmul and output transform on an already transformed input (workspace as for exl3_linear).
+void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const float* row_scale, int64_t rows,
+                             float* y, int64_t ld_y, void* workspace, cudaStream_t stream,
+                             LinearStore store = LinearStore::Overwrite);
+
+// Dense copies of a whole linear (load-time helpers; asynchronous on `stream`):
+// Wq [in_p][out_p] fp16: the decoded trellis, input rows × output columns (exllamav3's
+// `reconstruct`), every value the reference decode's bits.
+void exl3_decode_wq(const Exl3LinearDev& L, __half* wq, cudaStream_t stream);
+// W [out][in] fp32, nn.Linear orientation: the logical slice of W_effᵀ with
+// W_eff = diag(suh)·Ĥ·Wq·Ĥ·diag(svh) (the twin of ft::exl3::dense_weight; fp32 Hadamards, so it
+// agrees with the reference's double-precision formula to fp32 rounding, ~1e-6 relative).
+void exl3_decode_dense(const Exl3LinearDev& L, float* w, cudaStream_t stream);
+
+}  // namespace ft::cuda

@@ -1,0 +1,159 @@
+#pragma once
+// The prefill EXL3 linear kernel (internal header, instantiated per K in gemv_k*.cu): a CTA of
+// 8 warps computes a 128-column block (4 pairs) for 128 rows. Warp w decodes the two tiles of
+// pair w % 4 straight into its A fragments (the same staging, swizzle and lane_fragment as the
+// skinny kernel) and multiplies them with 64 rows (8 row groups, half w / 4 of the tile); the B
+// fragments of all 128 rows come from a cp.async-staged, bank-swizzled shared-memory copy of the
+// permuted fp16 rows. Chunks fold into the running sums exactly as WarpPair does and the output
+// transform is finish_row, so every row has the skinny kernel's bits.
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/exl3/gemv_kernel.cuh"
+
+namespace ft::cuda::exl3dev {
+
+constexpr int kGemmWarps = 8;
+constexpr int kGemmRows = 128;   // rows per CTA
+constexpr int kGemmSteps = 4;    // k16 steps per stage
+constexpr int kGemmStages = 3;
+constexpr int kGemmXDwords = kGemmRows * kGemmSteps * 16 / 2;  // 16 KB of fp16 rows per stage
+
+template <int K>
+constexpr int gemm_w_dwords() {  // 4 pairs × kGemmSteps steps
+  return 4 * kGemmSteps * LaneBits<K>::kStepDwords;
+}
+template <int K>
+constexpr size_t gemm_smem_bytes() {
+  const size_t stages = size_t{kGemmStages} * (gemm_w_dwords<K>() + kGemmXDwords) * 4;
+  const size_t tile = size_t{64} * 128 * 4;  // the epilogue works on 64 rows at a time
+  return stages > tile ? stages : tile;
+}
+
+// Row n's 16-byte chunk c (c = 4·(32-input block) + lane quad) inside a staged x stage: odd rows
+// swap their two 64-byte halves so one quarter-warp's rows 2m, 2m+1 use different banks.
+__device__ __forceinline__ int gemm_x_chunk(int n, int c) { return n * 8 + (c ^ ((n & 1) << 2)); }
+
+template <int K, int CB>
+__global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const LinearArgs p) {
+  constexpr int kStep = LaneBits<K>::kStepDwords;
+  constexpr int kW = gemm_w_dwords<K>();
+  constexpr int kStage = kW + kGemmXDwords;
+  constexpr int kPairStage = kGemmSteps * kStep;  // one pair's dwords in a stage
+  extern __shared__ __align__(16) uint32_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int pw = warp & 3, th = warp >> 2;
+  const int blk = static_cast<int>(blockIdx.x % p.nblk);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x / p.nblk) * kGemmRows;
+  const int64_t pair_dwords = p.in_p / 16 * kStep;
+  const int n_stages = static_cast<int>(p.in_p / 16 / kGemmSteps);
+
+  auto issue = [&](int s) {
+    uint32_t* buf = smem + (s % kGemmStages) * kStage;
+    for (int q = tid; q < 4 * kPairStage / 4; q += kGemmWarps * 32) {
+      const int pp = q / (kPairStage / 4), qq = q - pp * (kPairStage / 4);
+      const uint32_t* src = p.trellis + (4 * blk + pp) * pair_dwords + static_cast<int64_t>(s) * kPairStage + qq * 4;
+      cp_async16(buf + pp * kPairStage + staged_chunk<K>(static_cast<uint32_t>(qq)) * 4, src);
+    }
+    uint32_t* xb = buf + kW;
+    for (int q = tid; q < kGemmRows * 8; q += kGemmWarps * 32) {
+      const int n = q >> 3, c = q & 7;
+      const int64_t row = row0 + n;
+      const bool valid = row < p.rows;
+      const __half* src = p.xh + (valid ? row : 0) * p.in_p + static_cast<int64_t>(s) * 64 + 8 * c;
+      cp_async16_zfill(xb + gemm_x_chunk(n, c) * 4, src, valid);
+    }
+  };
+
+  LaneGeom<K> geo;
+  geo.init(lane);
+  float acc[2][8][4], tot[2][8][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int g = 0; g < 8; ++g)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[h][g][i] = 0.0f, tot[h][g][i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kGemmStages - 1; ++s) {
+    if (s < n_stages) issue(s);
+    cp_async_commit();
+  }
+  const int kc_stages = p.kc_steps / kGemmSteps;
+  for (int st = 0; st < n_stages; ++st) {
+    if (st + kGemmStages - 1 < n_stages) issue(st + kGemmStages - 1);
+    cp_async_commit();
+    cp_async_wait<kGemmStages - 1>();
+    __syncthreads();
+    const uint32_t* wst = smem + (st % kGemmStages) * kStage + pw * kPairStage;
+    const uint4* xs = reinterpret_cast<const uint4*>(smem + (st % kGemmStages) * kStage + kW);
+#pragma unroll
+    for (int sp = 0; sp < kGemmSteps / 2; ++sp) {
+      uint32_t a[2][2][4];  // [step of the pair][tile]
+#pragma unroll
+      for (int si = 0; si < 2; ++si)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) lane_fragment<K, CB>(wst + (2 * sp + si) * kStep, geo, h, a[si][h]);
+#pragma unroll
+      for (int g = 0; g < 8; ++g) {
+        const int n = 64 * th + 8 * g + (lane >> 2);
+        const uint4 b = xs[gemm_x_chunk(n, 4 * sp + (lane & 3))];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mma_16816(acc[h][g], a[0][h], b.x, b.y);  // ascending k16 steps within each chain
+          mma_16816(acc[h][g], a[1][h], b.z, b.w);
+        }
+      }
+    }
+    if ((st + 1) % kc_stages == 0) {
+      const bool first = st + 1 == kc_stages;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int g = 0; g < 8; ++g)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            tot[h][g][i] = first ? acc[h][g][i] : __fadd_rn(tot[h][g][i], acc[h][g][i]);
+            acc[h][g][i] = 0.0f;
+          }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  float* tile = reinterpret_cast<float*>(smem);  // [64][128]
+  const int64_t col0 = 128 * static_cast<int64_t>(blk);
+  const int valid = static_cast<int>(p.out - col0 < 128 ? p.out - col0 : 128);
+  for (int half = 0; half < 2; ++half) {
+    if (th == half) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int g = 0; g < 8; ++g)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) tile[acc_row(g, lane, i) * 128 + acc_col(pw, h, lane, i)] = tot[h][g][i];
+    }
+    __syncthreads();
+    for (int r = warp; r < 64; r += kGemmWarps) {
+      const int64_t row = row0 + 64 * half + r;
+      if (row >= p.rows) break;
+      const float4 z = *reinterpret_cast<const float4*>(tile + r * 128 + 4 * lane);
+      float v[4] = {z.x, z.y, z.z, z.w};
+      finish_row(v, lane, p.svh + col0, p.bias ? p.bias + col0 : nullptr, p.row_scale[row], p.y + row * p.ld_y + col0,
+                 valid, p.accumulate != 0);
+    }
+    __syncthreads();
+  }
+}
+
+template <int K, int CB>
+void launch_gemm_one(const LinearArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = gemm_smem_bytes<K>();  // > 48 KB: opt in (per device, so every time)
+  FT_CUDA_CHECK(cudaFuncSetAttribute(exl3_gemm_kernel<K, CB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  const int64_t tiles = (a.rows + kGemmRows - 1) / kGemmRows;
+  exl3_gemm_kernel<K, CB><<<static_cast<unsigned>(tiles * a.nblk), kGemmWarps * 32, smem, stream>>>(a);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ft::cuda::exl3dev

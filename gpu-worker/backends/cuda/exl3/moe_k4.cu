@@ -1,0 +1,6 @@
+// Grouped EXL3 MoE kernels for K = 4 (one file per K so the instantiations compile in parallel).
+#include "gpu-worker/backends/cuda/exl3/moe_launch.cuh"
+
+namespace ft::cuda::exl3dev {
+template void launch_moe<4>(int cb, int grid, const MoeArgs& a, cudaStream_t stream);
+}  // namespace ft::cuda::exl3dev

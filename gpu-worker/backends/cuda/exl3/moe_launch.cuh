@@ -1,0 +1,24 @@
+#pragma once
+// launch_moe<K>: the codebook instantiations of exl3_moe_kernel.
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/exl3/moe_kernel.cuh"
+
+namespace ft::cuda::exl3dev {
+
+template <int K, int CB>
+void launch_moe_cb(int grid, const MoeArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = moe_smem_bytes<K>();
+  exl3_moe_kernel<K, CB><<<grid, kWarps * 32, smem, stream>>>(a);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+template <int K>
+void launch_moe(int cb, int grid, const MoeArgs& a, cudaStream_t stream) {
+  switch (cb) {
+    case 0: return launch_moe_cb<K, 0>(grid, a, stream);
+    case 1: return launch_moe_cb<K, 1>(grid, a, stream);
+    default: return launch_moe_cb<K, 2>(grid, a, stream);
+  }
+}
+
+}  // namespace ft::cuda::exl3dev

@@ -1,0 +1,103 @@
+// Read-bandwidth and clock probes (read_probe.h).
+#include <algorithm>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/exl3/device.cuh"
+#include "gpu-worker/backends/cuda/exl3/launch_util.h"
+#include "gpu-worker/backends/cuda/exl3/read_probe.h"
+
+namespace ft::cuda {
+namespace {
+
+using namespace exl3dev;
+
+constexpr int kProbeWarps = 4;
+constexpr int kProbeStages = 4;
+constexpr int kChunksPerLane = 4;  // 2 KB per warp per stage, as a K = 4 stage of the kernels
+
+// Each warp streams its own contiguous 2 KB pieces through a private cp.async ring and folds
+// one word per stage so nothing is dead.
+__global__ void __launch_bounds__(kProbeWarps * 32) read_probe_kernel(const uint4* p, size_t n_pieces, unsigned* out) {
+  __shared__ __align__(16) uint4 ring[kProbeWarps][kProbeStages][32 * kChunksPerLane];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const size_t gw = blockIdx.x * static_cast<size_t>(kProbeWarps) + warp;
+  const size_t stride = static_cast<size_t>(gridDim.x) * kProbeWarps;
+  unsigned acc = 0;
+  auto issue = [&](size_t piece, int slot) {
+    if (piece < n_pieces)
+      for (int j = 0; j < kChunksPerLane; ++j)
+        cp_async16(&ring[warp][slot][j * 32 + lane], p + piece * 32 * kChunksPerLane + j * 32 + lane);
+    cp_async_commit();
+  };
+  size_t piece = gw;
+  for (int s = 0; s < kProbeStages; ++s) issue(piece + s * stride, s);
+  for (int it = 0; piece < n_pieces; ++it, piece += stride) {
+    cp_async_wait<kProbeStages - 1>();
+    __syncwarp();
+    const int slot = it % kProbeStages;
+    acc ^= ring[warp][slot][lane].x;
+    __syncwarp();
+    issue(piece + kProbeStages * stride, slot);
+  }
+  cp_async_wait<0>();
+  if (acc == 0x9E3779B9u) *out = acc;
+}
+
+__global__ void spin_kernel(long long cycles, unsigned long long* out) {
+  const long long t0 = clock64();
+  long long t = t0;
+  while (t - t0 < cycles) t = clock64();
+  if (threadIdx.x == 0 && blockIdx.x == 0) *out = static_cast<unsigned long long>(t - t0);
+}
+
+}  // namespace
+
+double exl3_read_gbs(const void* p, size_t bytes, int reps) {
+  const size_t piece = 32 * kChunksPerLane * 16;
+  const size_t n = bytes / piece;
+  unsigned* out = nullptr;
+  FT_CUDA_CHECK(cudaMalloc(&out, 4));
+  cudaEvent_t a, b;
+  FT_CUDA_CHECK(cudaEventCreate(&a));
+  FT_CUDA_CHECK(cudaEventCreate(&b));
+  const int grid = 8 * exl3dev::sm_count();
+  double best = 0;
+  for (int it = 0; it <= reps; ++it) {
+    FT_CUDA_CHECK(cudaEventRecord(a));
+    read_probe_kernel<<<grid, kProbeWarps * 32>>>(static_cast<const uint4*>(p), n, out);
+    FT_CUDA_CHECK_LAUNCH();
+    FT_CUDA_CHECK(cudaEventRecord(b));
+    FT_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    FT_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (it > 0) best = std::max(best, static_cast<double>(n * piece) / (ms * 1e6));
+  }
+  FT_CUDA_CHECK(cudaEventDestroy(a));
+  FT_CUDA_CHECK(cudaEventDestroy(b));
+  FT_CUDA_CHECK(cudaFree(out));
+  return best;
+}
+
+double exl3_sm_clock_mhz() {
+  unsigned long long* out = nullptr;
+  FT_CUDA_CHECK(cudaMalloc(&out, 8));
+  cudaEvent_t a, b;
+  FT_CUDA_CHECK(cudaEventCreate(&a));
+  FT_CUDA_CHECK(cudaEventCreate(&b));
+  const long long cycles = 200'000'000;  // ~0.1 s
+  spin_kernel<<<exl3dev::sm_count(), 128>>>(cycles / 10, out);  // warm-up: clocks ramp
+  FT_CUDA_CHECK_LAUNCH();
+  FT_CUDA_CHECK(cudaEventRecord(a));
+  spin_kernel<<<exl3dev::sm_count(), 128>>>(cycles, out);
+  FT_CUDA_CHECK_LAUNCH();
+  FT_CUDA_CHECK(cudaEventRecord(b));
+  FT_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  FT_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  FT_CUDA_CHECK(cudaEventDestroy(a));
+  FT_CUDA_CHECK(cudaEventDestroy(b));
+  FT_CUDA_CHECK(cudaFree(out));
+  return static_cast<double>(cycles) / (ms * 1e3);
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,17 @@
+#pragma once
+// What the EXL3 kernels' memory path can do on this GPU, measured with their own load pattern
+// (16-byte cp.async, 512 contiguous bytes per warp instruction): the bound the benchmark and the
+// engine's zero-copy cost model compare against — VRAM (HBM) or mapped host memory (PCIe).
+// Host functions; each synchronises (start-up calibration, not per step).
+#include <cstddef>
+
+namespace ft::cuda {
+
+// GB/s (1e9 bytes) reading `bytes` bytes at device-visible address `p` (device memory or the
+// device alias of mapped host memory), best of `reps` passes after one warm-up.
+double exl3_read_gbs(const void* p, size_t bytes, int reps = 5);
+
+// SM clock in MHz while a busy kernel runs (clock64 cycles over event time).
+double exl3_sm_clock_mhz();
+
+}  // namespace ft::cuda

@@ -1,0 +1,52 @@
+#pragma once
+// What every KDA kernel file shares: the activations of shared/ops/activations.h as device code
+// (same formulas, IEEE expf/log1pf/division: the build has no fast-math), the head sizes the kernels
+// are compiled for, and the host-side shape checks.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "gpu-worker/backends/cuda/ops/kda.h"
+#include "shared/core/error.h"
+
+namespace ft::cuda::kda_detail {
+
+__device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+__device__ __forceinline__ float silu(float z) { return z * sigmoid(z); }
+// torch softplus with beta 1, threshold 20 (as shared/ops/activations.h).
+__device__ __forceinline__ float softplus(float y) { return y > 20.0f ? y : log1pf(expf(y)); }
+
+inline void require(bool ok, const char* fn, const std::string& what) {
+  if (!ok) throw Error(std::string(fn) + ": " + what);
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline void check_shape(const KdaShape& s, const char* fn) {
+  require(s.heads > 0, fn, "heads must be positive");
+  require(s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128, fn,
+          "head_dim " + std::to_string(s.head_dim) + " not supported (16, 32, 64 or 128)");
+}
+
+// Calls f(std::integral_constant<int, DL>{}) for the shape's head size (checked before).
+template <class F>
+void dispatch_head_dim(int64_t head_dim, F&& f) {
+  switch (head_dim) {
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      break;
+    case 32:
+      f(std::integral_constant<int, 32>{});
+      break;
+    case 64:
+      f(std::integral_constant<int, 64>{});
+      break;
+    default:
+      f(std::integral_constant<int, 128>{});
+      break;
+  }
+}
+
+}  // namespace ft::cuda::kda_detail

@@ -1,0 +1,23 @@
+#pragma once
+// Launch plumbing of the linear kernels: the current device's limits (cached), and a kernel's
+// shared-memory opt-in and occupancy (computed once per device and kernel), so launchers size
+// persistent grids and pick stage counts without querying the driver on every call.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace ft::cuda::lin {
+
+struct DeviceLimits {
+  int device = 0;
+  int sm_count = 0;
+  int smem_optin = 0;  // max dynamic shared memory per block after opt-in (bytes)
+  int cc_major = 0, cc_minor = 0;
+};
+const DeviceLimits& current_device_limits();
+
+// Opts `func` in to `smem_bytes` of dynamic shared memory on the current device (once) and
+// returns how many blocks of `threads` threads fit on one SM (≥ 1; throws when none fit).
+int prepare_kernel(const void* func, int threads, size_t smem_bytes);
+
+}  // namespace ft::cuda::lin

@@ -1,0 +1,300 @@
+// moe_dense_experts (ops/moe.h): routed experts resident in VRAM as dense fp16, the GPU twin of
+// the per-pick swiglu_mlp calls in shared/engine/local_experts.cpp.
+//
+//   1. xh, xs = to_f16_rows(x)                          (per token)
+//   2. tiles  = the dispatch's pick lists cut into tiles of ≤ BM rows (one small block)
+//   3. h[p]   = swiglu(gate_e·x_t, up_e·x_t)            (grouped linear, gate and up tiles paired)
+//   4. hh, hs = to_f16_rows(h)                          (per pick)
+//   5. Y[p]   = down_e·h[p]                             (grouped linear)
+// Steps 3 and 5 are the kernels of linear_f16 over a grouped problem (rows gathered through the
+// dispatch), so every pick's row gets the bits of separate linear_f16 / swiglu_rows calls on
+// that row; their grids are persistent, sized from n and top_k and the device only, and read the
+// number of tiles from device memory, so a decode step can be captured in a graph.
+#include <algorithm>
+#include <cstdint>
+#include <cub/block/block_scan.cuh>
+#include <string>
+#include <type_traits>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/ops/linear.h"
+#include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_launch.h"
+#include "gpu-worker/backends/cuda/ops/moe.h"
+#include "shared/core/error.h"
+
+namespace ft::cuda {
+namespace {
+
+using lin::KGeom;
+using lin::LinItem;
+
+// A tile: rows [start, start + rows) of the dispatch's sorted_pick, all of one expert.
+struct MoeTile {
+  int32_t expert, start, rows;
+};
+
+constexpr int kTileThreads = 1024;
+
+__global__ void __launch_bounds__(kTileThreads)
+    moe_tiles_kernel(const int32_t* offsets, const int32_t* active, const int32_t* n_active, int bm, MoeTile* tiles,
+                     int32_t* n_tiles) {
+  using Scan = cub::BlockScan<int32_t, kTileThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const int na = *n_active;
+  int32_t carry = 0;
+  for (int a0 = 0; a0 < na; a0 += kTileThreads) {
+    const int a = a0 + static_cast<int>(threadIdx.x);
+    int32_t e = 0, first = 0, cnt = 0;
+    if (a < na) {
+      e = active[a];
+      first = offsets[e];
+      cnt = offsets[e + 1] - first;
+    }
+    const int32_t nt = (cnt + bm - 1) / bm;
+    int32_t pos, total;
+    Scan(tmp).ExclusiveSum(nt, pos, total);
+    __syncthreads();
+    for (int32_t i = 0; i < nt; ++i) tiles[carry + pos + i] = MoeTile{e, first + i * bm, std::min(bm, cnt - i * bm)};
+    carry += total;
+  }
+  if (threadIdx.x == 0) *n_tiles = carry;
+}
+
+// Items of both grouped problems: tile-major, output block fastest (a tile's rows stay in L1/L2
+// while its expert's weights stream).
+struct GroupedBase {
+  KGeom k;
+  int64_t out = 0;
+  const DenseExpert* experts = nullptr;
+  const MoeTile* tiles = nullptr;
+  const int32_t* n_tiles = nullptr;
+  int64_t n_blocks = 0;
+  int block_n = 0;
+  const int32_t* sorted_pick = nullptr;
+
+  __device__ int64_t n_items() const { return static_cast<int64_t>(*n_tiles) * n_blocks; }
+  __device__ bool load_tile(int64_t idx, LinItem& it) const {
+    const MoeTile t = tiles[idx / n_blocks];
+    it.n0 = (idx % n_blocks) * block_n;
+    it.g = t.expert;
+    it.base = t.start;
+    it.rows = t.rows;
+    return t.rows > 0;
+  }
+  __device__ int32_t row_id(const LinItem& it, int i) const { return sorted_pick[it.base + i]; }
+  __device__ const __half* w_row(const LinItem& it, int which, int64_t n) const {
+    return n < out ? (which ? it.w1 : it.w0) + n * k.in8 : nullptr;
+  }
+};
+
+// Step 3: rows are tokens (pick p reads x row p / top_k), outputs h[p][i].
+struct GateUpProblem : GroupedBase {
+  static constexpr bool kSwiglu = true;
+  int top_k = 1;
+  const __half* xh = nullptr;
+  int64_t ld_xh = 0;
+  const float* xs = nullptr;
+  float* h = nullptr;
+  int64_t ld_h = 0;
+  float limit = 0.0f;
+
+  __device__ bool load_item(int64_t idx, LinItem& it) const {
+    if (!load_tile(idx, it)) return false;
+    const DenseExpert& e = experts[it.g];
+    it.w0 = e.gate.w;
+    it.w1 = e.up.w;
+    it.ws0 = e.gate.w_scale;
+    it.ws1 = e.up.w_scale;
+    it.bias0 = e.gate.bias;
+    it.bias1 = e.up.bias;
+    return true;
+  }
+  __device__ const __half* a_row(const LinItem&, int32_t pick) const { return xh + (pick / top_k) * ld_xh; }
+  __device__ float a_scale(const LinItem&, int32_t pick) const { return xs[pick / top_k]; }
+  __device__ void store_swiglu(const LinItem& it, int32_t pick, int64_t i, float acc_g, float acc_u,
+                               float row_scale) const {
+    const float g = lin::linear_value(acc_g, row_scale, it.ws0, it.bias0, i);
+    const float u = lin::linear_value(acc_u, row_scale, it.ws1, it.bias1, i);
+    h[pick * ld_h + i] = lin::swiglu_value(g, u, limit);
+  }
+};
+
+// Step 5: rows are picks, outputs Y[p][d].
+struct DownProblem : GroupedBase {
+  static constexpr bool kSwiglu = false;
+  const __half* hh = nullptr;
+  int64_t ld_hh = 0;
+  const float* hs = nullptr;
+  float* y = nullptr;
+  int64_t ld_y = 0;
+
+  __device__ bool load_item(int64_t idx, LinItem& it) const {
+    if (!load_tile(idx, it)) return false;
+    const DenseExpert& e = experts[it.g];
+    it.w0 = e.down.w;
+    it.ws0 = e.down.w_scale;
+    it.bias0 = e.down.bias;
+    return true;
+  }
+  __device__ const __half* a_row(const LinItem&, int32_t pick) const { return hh + pick * ld_hh; }
+  __device__ float a_scale(const LinItem&, int32_t pick) const { return hs[pick]; }
+  __device__ void store(const LinItem& it, int32_t pick, int64_t n, float acc, float row_scale) const {
+    y[pick * ld_y + n] = lin::linear_value(acc, row_scale, it.ws0, it.bias0, n);
+  }
+};
+
+// Workspace carve-up for n tokens (offsets grow with n, so a buffer sized for max_n fits).
+struct Scratch {
+  __half* xh;
+  float* xs;
+  float* h;
+  __half* hh;
+  float* hs;
+  MoeTile* tiles;
+  int32_t* n_tiles;
+  size_t bytes;
+};
+constexpr int kMinTileRows = 8;  // the smallest tile of any kernel below: bounds the tile count
+int64_t max_tiles(int64_t picks) { return picks + picks / kMinTileRows; }
+
+Scratch carve(void* ws, int64_t n, int top_k, int64_t D, int64_t I) {
+  const int64_t D8 = (D + 7) / 8 * 8, I8 = (I + 7) / 8 * 8, P = n * top_k;
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = off;
+    off += (bytes + 255) / 256 * 256;
+    return static_cast<char*>(ws) + at;
+  };
+  Scratch s;
+  s.xh = reinterpret_cast<__half*>(take(static_cast<size_t>(n * D8) * sizeof(__half)));
+  s.xs = reinterpret_cast<float*>(take(static_cast<size_t>(n) * sizeof(float)));
+  s.h = reinterpret_cast<float*>(take(static_cast<size_t>(P * I) * sizeof(float)));
+  s.hh = reinterpret_cast<__half*>(take(static_cast<size_t>(P * I8) * sizeof(__half)));
+  s.hs = reinterpret_cast<float*>(take(static_cast<size_t>(P) * sizeof(float)));
+  s.tiles = reinterpret_cast<MoeTile*>(take(static_cast<size_t>(max_tiles(P)) * sizeof(MoeTile)));
+  s.n_tiles = reinterpret_cast<int32_t*>(take(sizeof(int32_t)));
+  s.bytes = off;
+  return s;
+}
+
+template <class Cfg, class Pr>
+void launch_grouped_skinny(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
+  const int wk = lin::skinny_warps_along_k(pr.k.chunks), wn = lin::kSkinnyWarps / wk;
+  pr.block_n = lin::skinny_block_n<Cfg, Pr::kSwiglu>(wn);
+  pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
+  const size_t smem = lin::skinny_smem_bytes<Cfg>(pr.k.chunks, wn);
+  auto kernel = lin::linear_skinny_kernel<Cfg, Pr>;
+  const int per_sm = lin::prepare_kernel(reinterpret_cast<const void*>(kernel), lin::kSkinnyThreads, smem);
+  const int64_t grid = std::min<int64_t>(tiles_bound * pr.n_blocks,
+                                         static_cast<int64_t>(per_sm) * lin::current_device_limits().sm_count);
+  kernel<<<static_cast<unsigned>(grid), lin::kSkinnyThreads, smem, stream>>>(pr, wk);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+template <class Cfg, class Pr>
+void launch_grouped_tiled(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
+  pr.block_n = lin::tiled_block_n<Cfg, Pr::kSwiglu>();
+  pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
+  auto kernel = lin::linear_tiled_kernel<Cfg, Pr>;
+  const int per_sm = lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
+  const int64_t grid = std::min<int64_t>(tiles_bound * pr.n_blocks,
+                                         static_cast<int64_t>(per_sm) * lin::current_device_limits().sm_count);
+  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(pr);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+// Kernel family by tokens per call: an expert has at most n rows, so n ≤ 32 fits one skinny
+// item per active expert; beyond, tiled blocks of 64 rows (128 from 1024 tokens on, where
+// experts are expected to hold many rows each).
+enum class Family { Skinny8, Skinny16, Skinny32, TiledMedium, TiledLarge };
+Family family_for(int64_t n) {
+  if (n <= 8) return Family::Skinny8;
+  if (n <= 16) return Family::Skinny16;
+  if (n <= 32) return Family::Skinny32;
+  return n < 1024 ? Family::TiledMedium : Family::TiledLarge;
+}
+int tile_rows(Family f) {
+  switch (f) {
+    case Family::Skinny8: return 8;
+    case Family::Skinny16: return 16;
+    case Family::Skinny32: return 32;
+    case Family::TiledMedium: return lin::TiledMedium::BM;
+    case Family::TiledLarge: return lin::TiledLarge3::BM;
+  }
+  return 8;
+}
+
+template <class Pr>
+void launch_grouped(Family f, const Pr& pr, int64_t tiles_bound, cudaStream_t stream) {
+  using Skinny8 = std::conditional_t<Pr::kSwiglu, lin::SkinnySwiglu8, lin::SkinnyRows8>;
+  switch (f) {
+    case Family::Skinny8: return launch_grouped_skinny<Skinny8>(pr, tiles_bound, stream);
+    case Family::Skinny16: return launch_grouped_skinny<lin::SkinnyRows16>(pr, tiles_bound, stream);
+    case Family::Skinny32: return launch_grouped_skinny<lin::SkinnyRows32>(pr, tiles_bound, stream);
+    case Family::TiledMedium: return launch_grouped_tiled<lin::TiledMedium>(pr, tiles_bound, stream);
+    case Family::TiledLarge:
+      if (lin::current_device_limits().smem_optin >= lin::TiledLarge4::kSmemBytes)
+        return launch_grouped_tiled<lin::TiledLarge4>(pr, tiles_bound, stream);
+      return launch_grouped_tiled<lin::TiledLarge3>(pr, tiles_bound, stream);
+  }
+}
+
+}  // namespace
+
+size_t moe_dense_workspace_bytes(int64_t max_n, int top_k, int64_t D, int64_t I) {
+  return carve(nullptr, max_n, top_k, D, I).bytes;
+}
+
+void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const MoeDispatch& d, const float* x,
+                       int64_t ld_x, int64_t D, int64_t I, float limit, float* Y, void* workspace,
+                       cudaStream_t stream) {
+  if (r.n < 0 || r.top_k <= 0 || D <= 0 || I <= 0 || (r.n > 1 && ld_x < D))
+    throw Error("moe_dense_experts: bad shape (n " + std::to_string(r.n) + ", top_k " + std::to_string(r.top_k) +
+                ", D " + std::to_string(D) + ", I " + std::to_string(I) + ")");
+  if (r.n == 0) return;
+  const int64_t P = r.n * r.top_k, D8 = (D + 7) / 8 * 8, I8 = (I + 7) / 8 * 8;
+  if (P > 0x7fffffff) throw Error("moe_dense_experts: too many picks");
+  const Scratch s = carve(workspace, r.n, r.top_k, D, I);
+  const Family fam = family_for(r.n);
+  const int bm = tile_rows(fam);
+  const int64_t tiles_bound = P + P / bm;  // Σ_e ⌈cnt_e / bm⌉ ≤ n_active + P / bm, n_active ≤ P
+
+  to_f16_rows(x, ld_x, r.n, D, s.xh, D8, s.xs, stream);
+  moe_tiles_kernel<<<1, kTileThreads, 0, stream>>>(d.offsets, d.active, d.n_active, bm, s.tiles, s.n_tiles);
+  FT_CUDA_CHECK_LAUNCH();
+
+  GateUpProblem gu;
+  gu.k = lin::make_kgeom(D, linear_k_chunk(D, I));
+  gu.out = I;
+  gu.experts = experts;
+  gu.tiles = s.tiles;
+  gu.n_tiles = s.n_tiles;
+  gu.sorted_pick = d.sorted_pick;
+  gu.top_k = r.top_k;
+  gu.xh = s.xh;
+  gu.ld_xh = D8;
+  gu.xs = s.xs;
+  gu.h = s.h;
+  gu.ld_h = I;
+  gu.limit = limit;
+  launch_grouped(fam, gu, tiles_bound, stream);
+
+  to_f16_rows(s.h, I, P, I, s.hh, I8, s.hs, stream);
+
+  DownProblem dn;
+  dn.k = lin::make_kgeom(I, linear_k_chunk(I, D));
+  dn.out = D;
+  dn.experts = experts;
+  dn.tiles = s.tiles;
+  dn.n_tiles = s.n_tiles;
+  dn.sorted_pick = d.sorted_pick;
+  dn.hh = s.hh;
+  dn.ld_hh = I8;
+  dn.hs = s.hs;
+  dn.y = Y;
+  dn.ld_y = D;
+  launch_grouped(fam, dn, tiles_bound, stream);
+}
+
+}  // namespace ft::cuda

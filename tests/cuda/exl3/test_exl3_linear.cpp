@@ -1,0 +1,165 @@
+// Fused EXL3 linears on the GPU against ft::exl3::forward_reference (fp32 math on the same fp16
+// weights): every K × codebook, padded and unpadded widths, bias, 1…32 rows (skinny kernel,
+// split-K and full), prefill rows (row batches), the real model's widths; batch invariance as
+// bit equality of a row alone and among others; Accumulate; the padding columns untouched.
+#include <cstring>
+
+#include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
+#include "tests/cuda/exl3/exl3_test_util.h"
+#include "tests/cuda/support/gpu_test.h"
+
+namespace ft::test {
+namespace {
+
+using exl3gpu::case_name;
+using exl3gpu::Codebook;
+using exl3gpu::RandomLinear;
+
+constexpr double kTol = 1e-3;
+
+struct Gpu {
+  cuda::VramBudget budget;
+  cuda::Exl3LinearGpu lin;
+  DevBuf<unsigned char> ws;
+  Gpu(const RandomLinear& r, int64_t max_rows) {
+    lin = cuda::upload_exl3_linear(r.q, r.out, r.in, budget);
+    ws = DevBuf<unsigned char>(cuda::exl3_linear_workspace_bytes(lin.dev(), max_rows));
+    cuda::exl3_linear_workspace_init(ws.get(), ws.size(), nullptr);
+  }
+  // y [rows][ld_y] (poisoned first), x [rows][in].
+  std::vector<float> run(const std::vector<float>& x, int64_t rows, int64_t ld_y,
+                         cuda::LinearStore store = cuda::LinearStore::Overwrite, const std::vector<float>* y0 = nullptr) {
+    DevBuf<float> dx(x);
+    DevBuf<float> dy(static_cast<size_t>(rows * ld_y));
+    if (y0) dy.upload(*y0);
+    cuda::exl3_linear(lin.dev(), dx.get(), lin.dev().in, rows, dy.get(), ld_y, ws.get(), nullptr, store);
+    return dy.download();
+  }
+};
+
+// Worst row's rel L2 (a broken row cannot hide behind good ones), with its index.
+std::pair<double, int64_t> worst_row(const std::vector<float>& got, const std::vector<float>& want, int64_t rows,
+                                     int64_t out) {
+  std::pair<double, int64_t> w{0.0, -1};
+  for (int64_t r = 0; r < rows; ++r) {
+    const double e = rel_l2(got.data() + r * out, want.data() + r * out, out);
+    if (!(e <= w.first)) w = {e, r};
+  }
+  return w;
+}
+
+void check_against_reference(int K, Codebook cb, int64_t in, int64_t out, const std::vector<int64_t>& row_counts,
+                             bool bias, uint64_t seed) {
+  const RandomLinear r(K, cb, in, out, seed, bias);
+  const std::vector<float> wq = r.wq();
+  int64_t max_rows = 0;
+  for (int64_t n : row_counts) max_rows = std::max(max_rows, n);
+  Gpu g(r, max_rows);
+  for (int64_t rows : row_counts) {
+    const std::vector<float> x = randn(static_cast<size_t>(rows * in), seed * 31 + rows);
+    const std::vector<float> want = r.forward(wq, x, rows);
+    const std::vector<float> got = g.run(x, rows, out);
+    const auto [e, row] = worst_row(got, want, rows, out);
+    EXPECT_LE(e, kTol) << case_name(K, cb) << " " << in << "→" << out << (bias ? " +bias" : "") << " rows " << rows
+                       << ": worst row " << row << " rel L2 " << e << " (whole " << rel_l2(got, want) << ")";
+  }
+}
+
+class Exl3GpuLinear : public GpuTest, public ::testing::WithParamInterface<std::tuple<int, Codebook>> {};
+
+TEST_P(Exl3GpuLinear, SmallUnpadded) {
+  const auto [K, cb] = GetParam();
+  check_against_reference(K, cb, 256, 256, {1, 2, 5, 8, 9, 16, 32}, false, 100 + K);
+}
+
+TEST_P(Exl3GpuLinear, PaddedWithBias) {
+  const auto [K, cb] = GetParam();
+  check_against_reference(K, cb, 200, 72, {1, 3, 8, 13, 32}, true, 200 + K);
+  check_against_reference(K, cb, 384, 328, {1, 7, 24}, true, 300 + K);
+}
+
+TEST_P(Exl3GpuLinear, PrefillRows) {
+  const auto [K, cb] = GetParam();
+  check_against_reference(K, cb, 128, 256, {33, 100, 1000}, false, 400 + K);
+}
+
+// A row's bits do not depend on the rows around it or on which kernel path ran (1 row: skinny
+// split-K; 9–32 rows: 4 row groups; > 32: row batches of 32 over the full input).
+TEST_P(Exl3GpuLinear, BatchInvariantBits) {
+  const auto [K, cb] = GetParam();
+  const RandomLinear r(K, cb, 512, 384, 500 + K, true);
+  Gpu g(r, 70);
+  const int64_t rows = 70, out = r.out;
+  const std::vector<float> x = randn(static_cast<size_t>(rows * r.in), 501 + K);
+  const std::vector<float> all = g.run(x, rows, out);
+  for (int64_t n : {1, 5, 8, 9, 32, 33}) {
+    const int64_t first = rows - n;  // the last n rows, so every row lands at a different batch position
+    const std::vector<float> xs(x.begin() + first * r.in, x.end());
+    const std::vector<float> part = g.run(xs, n, out);
+    const size_t bad = bit_mismatches(part.data(), all.data() + first * out, static_cast<size_t>(n * out));
+    EXPECT_EQ(bad, 0u) << case_name(K, cb) << ": rows " << first << "… alone (" << n << " rows) differ from the "
+                       << rows << "-row call in " << bad << " of " << n * out << " values";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKCodebooks, Exl3GpuLinear,
+                         ::testing::Combine(::testing::Range(1, 9),
+                                            ::testing::Values(Codebook::Inst3, Codebook::Mcg, Codebook::Mul1)),
+                         [](const auto& info) { return case_name(std::get<0>(info.param), std::get<1>(info.param)); });
+
+// The model's widths (few K/codebook combinations: the CPU reference is the slow part).
+#define EXL3_REAL_SHAPE(name, K, cb, in, out, rows, bias, seed)                 \
+  TEST(Exl3GpuLinearReal, name) {                                              \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";                         \
+    check_against_reference(K, Codebook::cb, in, out, rows, bias, seed);       \
+  }
+EXL3_REAL_SHAPE(ExpertGateUp_K3_mul1, 3, Mul1, 4096, 2048, (std::vector<int64_t>{1, 4, 8}), false, 601)
+EXL3_REAL_SHAPE(ExpertGateUp_K2_3inst, 2, Inst3, 4096, 2048, (std::vector<int64_t>{1, 32}), false, 602)
+EXL3_REAL_SHAPE(ExpertDown_K4_mcg, 4, Mcg, 2048, 4096, (std::vector<int64_t>{1, 8}), false, 603)
+EXL3_REAL_SHAPE(KdaQkv_K3_mul1, 3, Mul1, 4096, 8192, (std::vector<int64_t>{2}), false, 604)
+EXL3_REAL_SHAPE(KdaOut_K5_mul1, 5, Mul1, 8192, 4096, (std::vector<int64_t>{1, 3}), false, 605)
+EXL3_REAL_SHAPE(KvB_K6_mul1_bias, 6, Mul1, 512, 4096, (std::vector<int64_t>{1}), true, 606)
+#undef EXL3_REAL_SHAPE
+
+TEST(Exl3GpuLinearReal, LongPrefill) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  check_against_reference(3, Codebook::Mul1, 128, 128, {8192}, false, 701);
+  check_against_reference(4, Codebook::Mul1, 512, 256, {2048}, true, 702);
+}
+
+TEST(Exl3GpuLinearReal, AccumulateAndPaddingColumns) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const RandomLinear r(3, Codebook::Mul1, 256, 100, 801, true);
+  Gpu g(r, 40);
+  for (int64_t rows : {3, 40}) {
+    const int64_t ld = 130;
+    const std::vector<float> x = randn(static_cast<size_t>(rows * r.in), 802 + rows);
+    const std::vector<float> y = g.run(x, rows, ld);
+    size_t touched = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = r.out; c < ld; ++c) touched += !std::isnan(y[i * ld + c]);
+    EXPECT_EQ(touched, 0u) << "rows " << rows << ": columns out…ld must stay as they were (NaN poison)";
+    std::vector<float> y0 = randn(static_cast<size_t>(rows * ld), 803);
+    const std::vector<float> acc = g.run(x, rows, ld, cuda::LinearStore::Accumulate, &y0);
+    size_t bad = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < r.out; ++c) {
+        const float want = y0[i * ld + c] + y[i * ld + c];
+        bad += std::memcmp(&want, &acc[i * ld + c], 4) != 0;
+      }
+    EXPECT_EQ(bad, 0u) << "rows " << rows << ": Accumulate must add the Overwrite result to y";
+  }
+}
+
+TEST(Exl3GpuLinearReal, ChunkRule) {
+  EXPECT_EQ(cuda::exl3_k_chunk(4096, 2048), 256);
+  EXPECT_EQ(cuda::exl3_k_chunk(2048, 4096), 256);
+  EXPECT_EQ(cuda::exl3_k_chunk(16384, 4096), 2048);
+  EXPECT_EQ(cuda::exl3_k_chunk(1536, 16384), 512);
+  EXPECT_EQ(cuda::exl3_k_chunk(512, 32768), 512);
+  EXPECT_EQ(cuda::exl3_k_chunk(4096, 512), 128);
+  EXPECT_EQ(cuda::exl3_k_chunk(4096, 154880), 4096);
+}
+
+}  // namespace
+}  // namespace ft::test
