@@ -1,6 +1,7 @@
 // flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR] [--max-batch-size N]
 //                      [--chunk-size N] [--context-size N] [--max-queue N] [--served-model-name NAME]
 //                      [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]
+//                      [--prefix-cache-gb G] [--prefix-snapshot-stride N]
 // Serves the public Generation API (proto/flashtier/generate.proto) for one model.
 #include <grpcpp/grpcpp.h>
 
@@ -17,10 +18,13 @@ int usage() {
   std::cerr << "usage: flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR]\n"
                "         [--max-batch-size N] [--chunk-size N] [--context-size N] [--max-queue N]\n"
                "         [--served-model-name NAME] [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]\n"
+               "         [--prefix-cache-gb G] [--prefix-snapshot-stride N]\n"
                "  --backend         cuda: the GPU engine; cpu: the fp32 reference engine; auto (default):\n"
                "                    cuda when a GPU is present, else cpu (the choice is logged at start)\n"
                "  --device N        CUDA device index (default 0)\n"
                "  --vram-budget-gb  cap on all VRAM the worker allocates (default: the card's free memory)\n"
+               "  --prefix-cache-gb G         memory for prefix-cache snapshots (default 2; 0: off)\n"
+               "  --prefix-snapshot-stride N  also snapshot long prefills every N tokens (default 4096; 0: at request ends only)\n"
                "  --experts local   routed experts in this process (no cpu-expert-worker)\n"
                "  --experts ADDR    shm:<ring> | grpc:<host:port> | auto:<host:port> of a cpu-expert-worker\n";
   return 2;
@@ -50,6 +54,8 @@ int main(int argc, char** argv) {
       else if (a == "--backend") o.backend = v;
       else if (a == "--device") o.device = std::stoi(v);
       else if (a == "--vram-budget-gb") o.vram_budget_gb = std::stod(v);
+      else if (a == "--prefix-cache-gb") o.prefix_cache_gb = std::stod(v);
+      else if (a == "--prefix-snapshot-stride") o.prefix_snapshot_stride = std::stoll(v);
       else return usage();
     }
   } catch (const std::exception& e) {

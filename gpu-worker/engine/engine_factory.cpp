@@ -30,7 +30,12 @@ std::string resolve_backend(const std::string& requested) {
 }
 
 std::unique_ptr<Engine> make_engine(const ModelWeights& w, ExpertBackend* experts, const EngineConfig& c) {
-  if (c.backend == "cpu") return std::make_unique<CpuEngine>(w, experts, c.max_sequences);
+  if (c.backend == "cpu") {
+    PrefixCacheOptions pc;
+    pc.bytes = c.prefix_cache_bytes;
+    pc.snapshot_stride = c.prefix_snapshot_stride;
+    return std::make_unique<CpuEngine>(w, experts, c.max_sequences, pc);
+  }
 #ifdef FLASHTIER_HAVE_CUDA
   if (c.backend == "cuda") {
     cuda::CudaEngineOptions o;

@@ -17,6 +17,8 @@ struct EngineConfig {
   int max_sequences = 8;
   int64_t max_tokens_per_step = 8192;
   int64_t context_size = 32768;
+  uint64_t prefix_cache_bytes = 0;     // 0: no prefix cache
+  int64_t prefix_snapshot_stride = 0;  // snapshots during long prefills (0: at request ends only)
 };
 
 // "auto" → "cuda" when this build has the CUDA backend and a GPU is present, else "cpu".

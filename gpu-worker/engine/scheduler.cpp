@@ -67,7 +67,8 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
-void Scheduler::finish(std::list<Sequence>::iterator it) {
+void Scheduler::finish(std::list<Sequence>::iterator it, bool keep) {
+  if (keep) engine_.keep_prefix(it->handle);
   engine_.close(it->handle);
   running_.erase(it);
 }
@@ -101,7 +102,14 @@ void Scheduler::admit() {
       ++stats_.failed;
       continue;
     }
-    running_.push_back(Sequence{std::move(r), handle});
+    // The longest cached prefix of the prompt is restored; prefill starts after it.
+    int64_t cached = 0;
+    try {
+      cached = engine_.restore_prefix(handle, r.prompt);
+    } catch (const std::exception&) {
+      cached = 0;  // a cache that cannot restore only costs a cold prefill
+    }
+    running_.push_back(Sequence{std::move(r), handle, static_cast<size_t>(cached), static_cast<uint32_t>(cached)});
     waiting_.pop_front();
   }
 }
@@ -201,12 +209,13 @@ void Scheduler::step(std::vector<Sequence*>& batch) {
   {
     std::lock_guard<std::mutex> l(m_);
     ++stats_.steps;
+    stats_.prefix = engine_.prefix_stats();
     stats_.prompt_tokens += prompt_tokens;
     stats_.generated_tokens += new_tokens;
     if (!failure.empty()) stats_.failed += done.size();
     for (auto it = running_.begin(); it != running_.end();) {
       auto next = std::next(it);
-      if (std::find(done.begin(), done.end(), &*it) != done.end()) finish(it);
+      if (std::find(done.begin(), done.end(), &*it) != done.end()) finish(it, failure.empty());
       it = next;
     }
   }
@@ -233,6 +242,7 @@ std::optional<Outcome> Scheduler::emit(Sequence& s, StepResult& r) {
     o.stop_token = stop ? tok : -1;
     o.prompt_tokens = static_cast<uint32_t>(s.req.prompt.size());
     o.completion_tokens = s.generated;
+    o.cached_tokens = s.cached;
     return o;
   }
   s.pending = tok;

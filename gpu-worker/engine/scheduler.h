@@ -30,6 +30,7 @@ struct SchedulerOptions {
 struct SchedulerStats {
   uint32_t running = 0, waiting = 0;
   uint64_t generated_tokens = 0, prompt_tokens = 0, cancelled = 0, failed = 0, steps = 0;
+  PrefixCacheStats prefix;  // as of the last step (the engine belongs to the scheduler's thread)
 };
 
 // Why a request was refused; maps onto gRPC status codes.
@@ -57,6 +58,7 @@ class Scheduler {
     Request req;
     uint64_t handle = 0;  // the engine's sequence
     size_t prefilled = 0;
+    uint32_t cached = 0;  // prompt tokens restored from the prefix cache
     uint32_t generated = 0;
     int32_t pending = -1;  // last sampled token, fed at the next step
   };
@@ -65,7 +67,9 @@ class Scheduler {
   void step(std::vector<Sequence*>& batch);
   // Streams the token the engine sampled; returns the outcome when the sequence is done.
   std::optional<Outcome> emit(Sequence& s, StepResult& r);
-  void finish(std::list<Sequence>::iterator it);  // closes the engine's sequence (m_ held)
+  // Closes the engine's sequence (m_ held); `keep`: a request that ran to its end leaves its
+  // state to the prefix cache.
+  void finish(std::list<Sequence>::iterator it, bool keep = false);
 
   Engine& engine_;
   const SchedulerOptions opts_;

@@ -151,6 +151,14 @@ grpc::Status GenerationService::Stats(grpc::ServerContext*, const pb::StatsReque
   resp->set_generated_tokens(s.generated_tokens);
   resp->set_prompt_tokens(s.prompt_tokens);
   resp->set_cancelled(s.cancelled);
+  pb::PrefixCacheStats* pc = resp->mutable_prefix_cache();
+  pc->set_hits(s.prefix.hits);
+  pc->set_misses(s.prefix.misses);
+  pc->set_tokens_saved(s.prefix.tokens_saved);
+  pc->set_snapshots(s.prefix.snapshots);
+  pc->set_bytes(s.prefix.bytes);
+  pc->set_budget_bytes(s.prefix.budget);
+  pc->set_evictions(s.prefix.evictions);
   return grpc::Status::OK;
 }
 

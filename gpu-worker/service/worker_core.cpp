@@ -65,6 +65,8 @@ void WorkerCore::load() {
     ec.max_sequences = so.max_batch_size;
     ec.max_tokens_per_step = so.chunk_size + so.max_batch_size;
     ec.context_size = so.context_size;
+    ec.prefix_cache_bytes = static_cast<uint64_t>(opts_.prefix_cache_gb * 1073741824.0);
+    ec.prefix_snapshot_stride = opts_.prefix_snapshot_stride;
     engine_ = make_engine(*weights_, experts_.get(), ec);
     if (backend == "cuda") weights_.reset();  // everything lives on the GPU now
     std::cerr << "gpu-worker: backend " << engine_->stats().backend << std::endl;

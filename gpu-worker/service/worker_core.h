@@ -25,6 +25,8 @@ struct WorkerOptions {
   std::string backend = "auto";   // "cpu", "cuda", or "auto" (cuda when a GPU is present)
   int device = 0;                 // CUDA device index
   double vram_budget_gb = 0;      // 0: the card's free memory
+  double prefix_cache_gb = 2;     // prefix-cache snapshots (0: off)
+  int64_t prefix_snapshot_stride = 4096;  // also snapshot long prefills every this many tokens
   SchedulerOptions scheduler;
   int64_t context_size = 0;       // 0: min(model max, 32768)
 };

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -28,11 +29,25 @@ class EngineFull : public Error {
   using Error::Error;
 };
 
+// A per-sequence constraint on the tokens it may sample (grammars, min_tokens, logit_bias):
+// shared/sampling/token_constraint.h.
+class TokenConstraint;
+
 struct SequenceSpec {
   SamplingConfig sampling;     // seed: reproducible whatever else is batched
   bool logprobs = false;       // report the sampled token's logprob
   int32_t top_logprobs = 0;    // and the best n (≤ 20)
   int64_t max_tokens = 0;      // prompt + new tokens this sequence may reach
+  std::shared_ptr<TokenConstraint> constraint;  // null: unconstrained
+};
+
+// Prefix cache figures (an engine without one reports zeros).
+struct PrefixCacheStats {
+  uint64_t hits = 0, misses = 0;  // lookups that restored something / nothing
+  uint64_t tokens_saved = 0;      // prompt tokens restored instead of prefilled
+  uint64_t snapshots = 0;         // held now
+  uint64_t bytes = 0, budget = 0; // memory held / allowed
+  uint64_t evictions = 0;
 };
 
 enum class LogitsWanted : uint8_t { None, Last, All };
@@ -81,6 +96,15 @@ class Engine {
   virtual void step(std::span<const StepItem> items, std::vector<StepResult>& results) = 0;
 
   virtual EngineStats stats() const = 0;
+
+  // Prefix cache. restore_prefix, right after open(): restores the longest cached prefix of
+  // `prompt` (fewer than prompt.size() tokens, so at least one is left to compute the first
+  // logits) into the sequence and returns its length (0: nothing cached). keep_prefix: the
+  // sequence's state (every token fed so far) may be kept for later requests. Results of a
+  // restored sequence are bit-identical to a cold run.
+  virtual int64_t restore_prefix(uint64_t seq, std::span<const int32_t> prompt) { return 0; }
+  virtual void keep_prefix(uint64_t seq) {}
+  virtual PrefixCacheStats prefix_stats() const { return {}; }
 };
 
 }  // namespace ft

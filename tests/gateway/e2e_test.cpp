@@ -209,5 +209,20 @@ TEST_F(GatewayE2E, DisconnectedStreamFreesItsSlot) {
   EXPECT_EQ(r.status, 200);
 }
 
+TEST_F(GatewayE2E, ARepeatedPromptIsServedFromThePrefixCache) {
+  // A prompt no other test sends whole, twice: the second time the worker restores all but the
+  // one token it must compute, reports it in usage, and answers the same. (The first may already
+  // find a shorter prefix: other tests sent case 2's prompt.)
+  std::vector<int32_t> prompt = cases()[2].input;
+  prompt.insert(prompt.end(), cases()[0].input.begin(), cases()[0].input.end());
+  const json body = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+  HttpResult a = post("/v1/completions", body), b = post("/v1/completions", body);
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_LT(parse(a.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<size_t>(), cases()[2].input.size());
+  EXPECT_EQ(parse(b.body)["usage"]["prompt_tokens_details"]["cached_tokens"], prompt.size() - 1);
+  EXPECT_EQ(parse(a.body)["choices"][0]["text"], parse(b.body)["choices"][0]["text"]);
+}
+
 }  // namespace
 }  // namespace ft::test

@@ -1,6 +1,6 @@
 # ft_cuda_ops_kda: the Kimi Delta Attention kernels (kda.h): short convolution, gates and q/k
 # preparation, the decode step, the chunked prefill (intra-chunk and scan kernels), gated norm.
-add_library(ft_cuda_ops_kda STATIC
+add_library(ft_cuda_ops_kda ${FLASHTIER_CUDA_LIBRARY_KIND}
   ${CMAKE_CURRENT_LIST_DIR}/kda.cu
   ${CMAKE_CURRENT_LIST_DIR}/kda_chunk.cu
   ${CMAKE_CURRENT_LIST_DIR}/kda_chunk_intra.cu

@@ -1,6 +1,6 @@
 # ft_cuda_ops_linear: dense fp16 linears (skinny and tiled kernels under one reduction
 # contract), fp32 SIMT linears, and the dense grouped MoE (dispatch, experts, combine).
-add_library(ft_cuda_ops_linear STATIC
+add_library(ft_cuda_ops_linear ${FLASHTIER_CUDA_LIBRARY_KIND}
   ${CMAKE_CURRENT_LIST_DIR}/linear_host.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear_launch.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear_to_f16.cu

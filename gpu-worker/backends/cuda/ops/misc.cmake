@@ -1,7 +1,7 @@
 # ft_cuda_ops_misc: the per-token kernels — norms, mHC sites (+ Sinkhorn), router selection,
 # clamped SwiGLU, embedding and final norm (twins of shared/ops/{norms,mhc,router,swiglu} and of
 # ReferenceEngine::forward's prologue/epilogue).
-add_library(ft_cuda_ops_misc STATIC
+add_library(ft_cuda_ops_misc ${FLASHTIER_CUDA_LIBRARY_KIND}
   ${CMAKE_CURRENT_LIST_DIR}/norms.cu
   ${CMAKE_CURRENT_LIST_DIR}/mhc.cu
   ${CMAKE_CURRENT_LIST_DIR}/router.cu
