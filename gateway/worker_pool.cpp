@@ -246,6 +246,13 @@ std::vector<WorkerSnapshot> WorkerPool::snapshot() const {
     s.running = w->stats.running();
     s.waiting = w->stats.waiting();
     s.worker_cancelled = w->stats.cancelled();
+    for (const auto& m : w->stats.memory()) s.memory.emplace_back(m.category(), m.bytes());
+    const auto& pc = w->stats.prefix_cache();
+    s.prefix_hits = pc.hits();
+    s.prefix_misses = pc.misses();
+    s.prefix_tokens_saved = pc.tokens_saved();
+    s.prefix_bytes = pc.bytes();
+    s.prefix_evictions = pc.evictions();
     out.push_back(std::move(s));
   }
   return out;
@@ -270,6 +277,27 @@ std::string WorkerPool::render_metrics() const {
          [](const WorkerSnapshot& s) { return s.waiting; });
   family("flashtier_worker_cancelled_total", "Sequences the worker saw cancelled (last poll).", "counter",
          [](const WorkerSnapshot& s) { return s.worker_cancelled; });
+  family("flashtier_worker_prefix_cache_hits_total", "Requests that restored a cached prefix (last poll).", "counter",
+         [](const WorkerSnapshot& s) { return s.prefix_hits; });
+  family("flashtier_worker_prefix_cache_misses_total", "Requests that found no cached prefix (last poll).", "counter",
+         [](const WorkerSnapshot& s) { return s.prefix_misses; });
+  family("flashtier_worker_prefix_cache_tokens_saved_total", "Prompt tokens restored instead of prefilled.", "counter",
+         [](const WorkerSnapshot& s) { return s.prefix_tokens_saved; });
+  family("flashtier_worker_prefix_cache_bytes", "Memory the prefix cache holds.", "gauge",
+         [](const WorkerSnapshot& s) { return s.prefix_bytes; });
+  family("flashtier_worker_prefix_cache_evictions_total", "Snapshots evicted from the prefix cache.", "counter",
+         [](const WorkerSnapshot& s) { return s.prefix_evictions; });
+  out.append("# HELP flashtier_worker_memory_bytes Memory the worker holds per category (VRAM on the CUDA backend).\n"
+             "# TYPE flashtier_worker_memory_bytes gauge\n");
+  for (const auto& s : snap)
+    for (const auto& [cat, bytes] : s.memory)
+      out.append("flashtier_worker_memory_bytes{worker=\"")
+          .append(escape_label(s.address))
+          .append("\",category=\"")
+          .append(escape_label(cat))
+          .append("\"} ")
+          .append(std::to_string(bytes))
+          .append("\n");
   return out;
 }
 

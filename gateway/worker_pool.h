@@ -46,6 +46,8 @@ struct WorkerSnapshot {
   uint32_t running = 0;  // from the worker's Stats
   uint32_t waiting = 0;
   uint64_t worker_cancelled = 0;
+  std::vector<std::pair<std::string, uint64_t>> memory;  // per category (VRAM on the CUDA backend)
+  uint64_t prefix_hits = 0, prefix_misses = 0, prefix_tokens_saved = 0, prefix_bytes = 0, prefix_evictions = 0;
 };
 
 class WorkerPool {

@@ -7,6 +7,8 @@
 namespace ft::worker {
 
 Scheduler::Scheduler(Engine& engine, SchedulerOptions opts) : engine_(engine), opts_(std::move(opts)) {
+  stats_.engine = engine_.stats();
+  stats_.prefix = engine_.prefix_stats();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -210,6 +212,7 @@ void Scheduler::step(std::vector<Sequence*>& batch) {
     std::lock_guard<std::mutex> l(m_);
     ++stats_.steps;
     stats_.prefix = engine_.prefix_stats();
+    stats_.engine = engine_.stats();
     stats_.prompt_tokens += prompt_tokens;
     stats_.generated_tokens += new_tokens;
     if (!failure.empty()) stats_.failed += done.size();

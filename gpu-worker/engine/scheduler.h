@@ -31,6 +31,7 @@ struct SchedulerStats {
   uint32_t running = 0, waiting = 0;
   uint64_t generated_tokens = 0, prompt_tokens = 0, cancelled = 0, failed = 0, steps = 0;
   PrefixCacheStats prefix;  // as of the last step (the engine belongs to the scheduler's thread)
+  EngineStats engine;       // likewise: backend and memory per category
 };
 
 // Why a request was refused; maps onto gRPC status codes.

@@ -159,6 +159,13 @@ grpc::Status GenerationService::Stats(grpc::ServerContext*, const pb::StatsReque
   pc->set_bytes(s.prefix.bytes);
   pc->set_budget_bytes(s.prefix.budget);
   pc->set_evictions(s.prefix.evictions);
+  resp->set_backend(s.engine.backend);
+  for (const auto& [name, bytes] : s.engine.memory) {
+    pb::MemoryUse* m = resp->add_memory();
+    m->set_category(name);
+    m->set_bytes(bytes);
+  }
+  resp->set_memory_budget_bytes(s.engine.memory_budget);
   return grpc::Status::OK;
 }
 

@@ -222,6 +222,16 @@ TEST_F(GatewayE2E, ARepeatedPromptIsServedFromThePrefixCache) {
   EXPECT_LT(parse(a.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<size_t>(), cases()[2].input.size());
   EXPECT_EQ(parse(b.body)["usage"]["prompt_tokens_details"]["cached_tokens"], prompt.size() - 1);
   EXPECT_EQ(parse(a.body)["choices"][0]["text"], parse(b.body)["choices"][0]["text"]);
+  // The worker's Stats (polled by the gateway) carry the cache's hits and its memory.
+  std::string m;
+  for (int i = 0; i < 200; ++i) {
+    m = http_request(gw_->port(), "GET", "/metrics").body;
+    if (labelled_metric(m, "flashtier_worker_prefix_cache_hits_total") >= 1) break;
+    std::this_thread::sleep_for(25ms);
+  }
+  EXPECT_GE(labelled_metric(m, "flashtier_worker_prefix_cache_hits_total"), 1) << m;
+  EXPECT_GT(labelled_metric(m, "flashtier_worker_prefix_cache_bytes"), 0) << m;
+  EXPECT_NE(m.find("flashtier_worker_memory_bytes{worker=\""), std::string::npos) << m;
 }
 
 }  // namespace

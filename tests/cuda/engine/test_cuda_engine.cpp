@@ -250,5 +250,83 @@ TEST_F(CudaEngineTest, RefusesWhatItCannotHoldAndKeepsServing) {
   EXPECT_THROW(e.step(std::span<const StepItem>(&it, 1), r), Error);
 }
 
+TEST_F(CudaEngineTest, CancellingASequenceBetweenGraphStepsLeavesTheOthersAlone) {
+  // Three sequences decode from graphs; one is closed mid-way (a cancelled stream), a new one
+  // joins in its slot; the two survivors' tokens equal their solo runs.
+  const FixtureCase c = fixture_case("glm5-tiny-chat", 1);
+  auto solo = [&](size_t cut) {
+    CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options());
+    SequenceSpec spec;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = 200;
+    const uint64_t s = e.open(spec);
+    std::vector<StepResult> r;
+    StepItem it;
+    it.seq = s;
+    it.tokens = std::span<const int32_t>(c.input).first(c.input.size() - cut);
+    it.sample = true;
+    e.step(std::span<const StepItem>(&it, 1), r);
+    std::vector<int32_t> out = {r[0].token};
+    for (int k = 0; k < 16; ++k) {
+      const int32_t t = out.back();
+      StepItem d;
+      d.seq = s;
+      d.tokens = std::span<const int32_t>(&t, 1);
+      d.prompt = false;
+      d.sample = true;
+      e.step(std::span<const StepItem>(&d, 1), r);
+      out.push_back(r[0].token);
+    }
+    return out;
+  };
+  CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options());
+  SequenceSpec spec;
+  spec.sampling.temperature = 0;
+  spec.max_tokens = 200;
+  std::vector<uint64_t> seqs = {e.open(spec), e.open(spec), e.open(spec)};
+  std::vector<std::vector<int32_t>> out(3);
+  std::vector<StepResult> r;
+  {
+    std::vector<StepItem> items(3);
+    for (size_t i = 0; i < 3; ++i) {
+      items[i].seq = seqs[i];
+      items[i].tokens = std::span<const int32_t>(c.input).first(c.input.size() - i);
+      items[i].sample = true;
+    }
+    e.step(items, r);
+    for (size_t i = 0; i < 3; ++i) out[i].push_back(r[i].token);
+  }
+  std::vector<size_t> live = {0, 1, 2};
+  for (int k = 0; k < 16; ++k) {
+    if (k == 6) {  // cancel sequence 1, open a stranger in its slot
+      e.close(seqs[1]);
+      live = {0, 2};
+      const uint64_t x = e.open(spec);
+      StepItem p;
+      p.seq = x;
+      p.tokens = fixture_case("glm5-tiny-chat", 0).input;
+      p.sample = true;
+      std::vector<StepResult> rx;
+      e.step(std::span<const StepItem>(&p, 1), rx);
+    }
+    std::vector<StepItem> items;
+    std::vector<int32_t> next(3);
+    for (size_t i : live) {
+      next[i] = out[i].back();
+      StepItem d;
+      d.seq = seqs[i];
+      d.tokens = std::span<const int32_t>(&next[i], 1);
+      d.prompt = false;
+      d.sample = true;
+      items.push_back(d);
+    }
+    e.step(items, r);
+    for (size_t j = 0; j < live.size(); ++j) out[live[j]].push_back(r[j].token);
+  }
+  EXPECT_EQ(out[0], solo(0));
+  EXPECT_EQ(out[2], solo(2));
+  EXPECT_GT(e.graph_steps(), 0u);
+}
+
 }  // namespace
 }  // namespace ft::cuda
