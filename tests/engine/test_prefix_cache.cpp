@@ -168,6 +168,26 @@ TEST(PrefixCache, TheBudgetEvictsTheLeastRecentlyUsed) {
   EXPECT_GT(run(e, c2, 1, 0, true, false).cached, 0);
 }
 
+TEST(PrefixCache, EvictingTheSnapshotASequenceRestoredLeavesItIntact) {
+  // Room for about one conversation: B restores A's snapshot, then B's own snapshots evict it
+  // while B is still generating; B's tokens equal a cold run's.
+  CpuEngine probe(tiny_chat(), nullptr, 1, PrefixCacheOptions{1 << 30, 0});
+  run(probe, tokens(150, 2), 1, 0, false, true);
+  PrefixCacheOptions pc;
+  pc.bytes = probe.prefix_stats().bytes * 3 / 2;
+  CpuEngine e(tiny_chat(), nullptr, 2, pc), cold(tiny_chat(), nullptr, 1);
+  const auto a = tokens(150, 2);
+  run(e, a, 1, 0, false, true);
+  auto b = a;
+  const auto more = tokens(90, 5);
+  b.insert(b.end(), more.begin(), more.end());
+  const RunResult hot = run(e, b, 8, 0, true, true), ref = run(cold, b, 8, 0, false, false);
+  EXPECT_GT(hot.cached, 0);
+  EXPECT_GE(e.prefix_stats().evictions, 1u);
+  EXPECT_EQ(hot.out, ref.out);
+  EXPECT_TRUE(std::equal(hot.logits.begin(), hot.logits.end(), ref.logits.begin()));
+}
+
 TEST(PrefixCache, LongPrefillsLeaveStrideSnapshots) {
   PrefixCacheOptions pc;
   pc.bytes = 256 << 20;
