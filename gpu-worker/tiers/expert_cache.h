@@ -1,0 +1,65 @@
+#pragma once
+// The VRAM expert cache's policy (no CUDA here: the engine owns the arena and copies blocks in):
+// a fixed number of slots, each able to hold one routed expert's block, filled and replaced by
+// CLOCK with per-step pinning — an expert a step uses is pinned until the step ends, so a step
+// never evicts what it is about to read — and admission that can be switched off for large
+// prefill chunks (they touch almost every expert once; admitting them would flush the hot set).
+// Counts hits, misses and evictions per MoE layer for the metrics.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ft::tiers {
+
+struct CacheCounters {
+  uint64_t hits = 0, misses = 0, admissions = 0, evictions = 0;
+};
+
+class ExpertCache {
+ public:
+  // `layers` MoE layers (dense indices 0 … layers−1) of `experts` experts each, `slots` slots.
+  ExpertCache(int layers, int experts, int slots);
+
+  int slots() const { return static_cast<int>(slot_owner_.size()); }
+  int layers() const { return layers_; }
+  int experts() const { return experts_; }
+
+  // One step: begin, then per layer the experts it uses (lookup), then end. `admit`: misses of
+  // this step may take slots (decode steps); false for large prefill chunks.
+  void begin_step(bool admit);
+  // The slot holding (layer, expert), pinned for the rest of the step; nullopt on a miss.
+  std::optional<int> lookup(int layer, int expert);
+  // After a miss: a slot for (layer, expert), chosen by CLOCK among unpinned slots, pinned;
+  // `evicted` receives what the slot held ((-1, -1) when it was empty). nullopt when admission is
+  // off this step or every slot is pinned. The caller copies the block in before reading it.
+  std::optional<int> admit(int layer, int expert, std::pair<int, int>* evicted = nullptr);
+  void end_step();
+
+  // Warm start: fills empty slots with the most used experts first (counts [layers][experts],
+  // e.g. a routing-statistics file); returns the (slot, layer, expert) placements to copy in.
+  std::vector<std::pair<int, std::pair<int, int>>> warm_start(const std::vector<std::vector<uint64_t>>& counts);
+
+  std::optional<int> slot_of(int layer, int expert) const;
+  std::pair<int, int> owner(int slot) const { return slot_owner_[slot]; }
+  const CacheCounters& counters(int layer) const { return counters_[layer]; }
+  CacheCounters totals() const;
+
+ private:
+  int key(int layer, int expert) const { return layer * experts_ + expert; }
+  int layers_, experts_;
+  std::vector<int> where_;                        // [layer·E + expert] → slot, −1 when absent
+  std::vector<std::pair<int, int>> slot_owner_;   // slot → (layer, expert), (−1, −1) when empty
+  std::vector<uint8_t> ref_;                      // CLOCK reference bits
+  std::vector<uint32_t> pinned_at_;               // step number a slot was pinned in
+  uint32_t step_ = 0;
+  bool admit_ = true;
+  int hand_ = 0;
+  std::vector<CacheCounters> counters_;
+};
+
+// A routing-statistics file: one line per MoE layer, `layer e0 e1 … e(E−1)` with use counts.
+std::vector<std::vector<uint64_t>> read_routing_stats(const std::string& path, int layers, int experts);
+
+}  // namespace ft::tiers
