@@ -247,6 +247,7 @@ std::vector<WorkerSnapshot> WorkerPool::snapshot() const {
     s.waiting = w->stats.waiting();
     s.worker_cancelled = w->stats.cancelled();
     for (const auto& m : w->stats.memory()) s.memory.emplace_back(m.category(), m.bytes());
+    for (const auto& c : w->stats.counters()) s.counters.emplace_back(c.name(), c.value());
     const auto& pc = w->stats.prefix_cache();
     s.prefix_hits = pc.hits();
     s.prefix_misses = pc.misses();
@@ -297,6 +298,17 @@ std::string WorkerPool::render_metrics() const {
           .append(escape_label(cat))
           .append("\"} ")
           .append(std::to_string(bytes))
+          .append("\n");
+  out.append("# HELP flashtier_worker_engine_counter Counters of the worker's engine (expert cache, graphs).\n"
+             "# TYPE flashtier_worker_engine_counter counter\n");
+  for (const auto& s : snap)
+    for (const auto& [name, value] : s.counters)
+      out.append("flashtier_worker_engine_counter{worker=\"")
+          .append(escape_label(s.address))
+          .append("\",name=\"")
+          .append(escape_label(name))
+          .append("\"} ")
+          .append(std::to_string(value))
           .append("\n");
   return out;
 }

@@ -47,6 +47,7 @@ struct WorkerSnapshot {
   uint32_t waiting = 0;
   uint64_t worker_cancelled = 0;
   std::vector<std::pair<std::string, uint64_t>> memory;  // per category (VRAM on the CUDA backend)
+  std::vector<std::pair<std::string, uint64_t>> counters;  // the worker's backend counters
   uint64_t prefix_hits = 0, prefix_misses = 0, prefix_tokens_saved = 0, prefix_bytes = 0, prefix_evictions = 0;
 };
 

@@ -1,7 +1,8 @@
 // flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR] [--max-batch-size N]
 //                      [--chunk-size N] [--context-size N] [--max-queue N] [--served-model-name NAME]
 //                      [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]
-//                      [--prefix-cache-gb G] [--prefix-snapshot-stride N]
+//                      [--prefix-cache-gb G] [--prefix-snapshot-stride N] [--tier-mode M]
+//                      [--expert-cache-gb G] [--admit-per-step N]
 // Serves the public Generation API (proto/flashtier/generate.proto) for one model.
 #include <grpcpp/grpcpp.h>
 
@@ -18,13 +19,20 @@ int usage() {
   std::cerr << "usage: flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR]\n"
                "         [--max-batch-size N] [--chunk-size N] [--context-size N] [--max-queue N]\n"
                "         [--served-model-name NAME] [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]\n"
-               "         [--prefix-cache-gb G] [--prefix-snapshot-stride N]\n"
+               "         [--prefix-cache-gb G] [--prefix-snapshot-stride N] [--tier-mode fast|exact|cpu]\n"
+               "         [--expert-cache-gb G] [--admit-per-step N]\n"
                "  --backend         cuda: the GPU engine; cpu: the fp32 reference engine; auto (default):\n"
                "                    cuda when a GPU is present, else cpu (the choice is logged at start)\n"
                "  --device N        CUDA device index (default 0)\n"
                "  --vram-budget-gb  cap on all VRAM the worker allocates (default: the card's free memory)\n"
                "  --prefix-cache-gb G         memory for prefix-cache snapshots (default 2; 0: off)\n"
                "  --prefix-snapshot-stride N  also snapshot long prefills every N tokens (default 4096; 0: at request ends only)\n"
+               "  --tier-mode fast|exact|cpu  CUDA backend, remote EXL3 experts: exact = the GPU reads cache misses\n"
+               "                              zero-copy from the cpu-expert-worker's segment (fast: the same for now);\n"
+               "                              cpu = every MoE layer computed by the cpu-expert-worker\n"
+               "  --expert-cache-gb G         VRAM expert cache (default 0: what the VRAM budget leaves)\n"
+               "  --admit-per-step N          expert blocks copied into the cache per step at most (default 16)\n"
+               "  --tier-wait-s S             CUDA backend: wait up to S s at load for the expert tier (default 300)\n"
                "  --experts local   routed experts in this process (no cpu-expert-worker)\n"
                "  --experts ADDR    shm:<ring> | grpc:<host:port> | auto:<host:port> of a cpu-expert-worker\n";
   return 2;
@@ -56,6 +64,10 @@ int main(int argc, char** argv) {
       else if (a == "--vram-budget-gb") o.vram_budget_gb = std::stod(v);
       else if (a == "--prefix-cache-gb") o.prefix_cache_gb = std::stod(v);
       else if (a == "--prefix-snapshot-stride") o.prefix_snapshot_stride = std::stoll(v);
+      else if (a == "--tier-mode") o.tier_mode = v;
+      else if (a == "--expert-cache-gb") o.expert_cache_gb = std::stod(v);
+      else if (a == "--admit-per-step") o.admit_per_step = std::stoi(v);
+      else if (a == "--tier-wait-s") o.tier_wait_s = std::stoi(v);
       else return usage();
     }
   } catch (const std::exception& e) {
@@ -63,6 +75,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.model_dir.empty()) return usage();
+  if (o.tier_mode != "fast" && o.tier_mode != "exact" && o.tier_mode != "cpu") {
+    std::cerr << "flashtier-gpu-worker: --tier-mode must be fast, exact or cpu\n";
+    return 2;
+  }
   if (o.scheduler.max_batch_size < 1 || o.scheduler.chunk_size < 1 || o.scheduler.max_queue < 0) {
     std::cerr << "flashtier-gpu-worker: --max-batch-size and --chunk-size must be >= 1\n";
     return 2;

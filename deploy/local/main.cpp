@@ -29,7 +29,8 @@ int usage() {
                "         [--context-size N] [--threads N] [--api-key KEY] [--served-model-name NAME]\n"
                "         [--segment NAME] [--ring NAME] [--experts-in-process]\n"
                "         [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G] [--prefix-cache-gb G]\n"
-               "         [--prefix-snapshot-stride N]\n"
+               "         [--prefix-snapshot-stride N] [--tier-mode fast|exact|cpu] [--expert-cache-gb G]\n"
+               "         [--admit-per-step N]\n"
                "  Starts the three flashtier services for DIR and serves the OpenAI API on ADDR:N\n"
                "  (default 127.0.0.1). Prints 'ready' when the gateway's /health answers 200.\n";
   return 2;
@@ -69,7 +70,8 @@ int main(int argc, char** argv) {
     else if (a == "--segment") segment = v;
     else if (a == "--ring") ring = v;
     else if (a == "--max-batch-size" || a == "--chunk-size" || a == "--context-size" || a == "--backend" ||
-             a == "--device" || a == "--vram-budget-gb" || a == "--prefix-cache-gb" || a == "--prefix-snapshot-stride")
+             a == "--device" || a == "--vram-budget-gb" || a == "--prefix-cache-gb" || a == "--prefix-snapshot-stride" || a == "--tier-mode" ||
+             a == "--expert-cache-gb" || a == "--admit-per-step")
       worker_flags.insert(worker_flags.end(), {a, v});
     else if (a == "--threads") expert_flags.insert(expert_flags.end(), {a, v});
     else return usage();

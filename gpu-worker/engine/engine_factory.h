@@ -19,6 +19,12 @@ struct EngineConfig {
   int64_t context_size = 32768;
   uint64_t prefix_cache_bytes = 0;     // 0: no prefix cache
   int64_t prefix_snapshot_stride = 0;  // snapshots during long prefills (0: at request ends only)
+  // CUDA backend with remote experts: the tier's segment ("" : none reachable), its mode, the
+  // VRAM expert cache (0: auto) and admissions per step.
+  std::string expert_segment;
+  std::string tier_mode = "fast";
+  uint64_t expert_cache_bytes = 0;
+  int admit_per_step = 16;
 };
 
 // "auto" → "cuda" when this build has the CUDA backend and a GPU is present, else "cpu".

@@ -12,4 +12,8 @@ namespace ft::worker {
 // grpc:<host:port>, auto:<host:port>). Throws ft::Error when it is malformed.
 std::unique_ptr<ExpertBackend> make_expert_backend(const std::string& address, const ModelConfig& cfg);
 
+// The name of the expert segment the tier behind `backend` serves from, when it runs on this host
+// and answers now ("" otherwise: the GPU then cannot read the experts itself).
+std::string expert_segment_of(ExpertBackend& backend);
+
 }  // namespace ft::worker

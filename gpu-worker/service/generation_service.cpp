@@ -166,6 +166,11 @@ grpc::Status GenerationService::Stats(grpc::ServerContext*, const pb::StatsReque
     m->set_bytes(bytes);
   }
   resp->set_memory_budget_bytes(s.engine.memory_budget);
+  for (const auto& [name, value] : s.engine.counters) {
+    pb::Counter* c = resp->add_counters();
+    c->set_name(name);
+    c->set_value(value);
+  }
   return grpc::Status::OK;
 }
 

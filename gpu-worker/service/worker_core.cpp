@@ -1,5 +1,6 @@
 #include "gpu-worker/service/worker_core.h"
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -67,6 +68,20 @@ void WorkerCore::load() {
     ec.context_size = so.context_size;
     ec.prefix_cache_bytes = static_cast<uint64_t>(opts_.prefix_cache_gb * 1073741824.0);
     ec.prefix_snapshot_stride = opts_.prefix_snapshot_stride;
+    ec.tier_mode = opts_.tier_mode;
+    ec.expert_cache_bytes = static_cast<uint64_t>(opts_.expert_cache_gb * 1073741824.0);
+    ec.admit_per_step = opts_.admit_per_step;
+    if (backend == "cuda" && experts_ && opts_.tier_mode != "cpu") {
+      // The GPU reads the experts itself from the tier's segment: wait for the tier (it may still
+      // be building its segment) up to --tier-wait-s, else route every MoE layer through it.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(opts_.tier_wait_s);
+      while (!experts_->healthy() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      ec.expert_segment = expert_segment_of(*experts_);
+      std::cerr << "gpu-worker: expert segment for GPU reads: "
+                << (ec.expert_segment.empty() ? "none (tier not on this host or not answering)" : ec.expert_segment)
+                << std::endl;
+    }
     engine_ = make_engine(*weights_, experts_.get(), ec);
     if (backend == "cuda") weights_.reset();  // everything lives on the GPU now
     std::cerr << "gpu-worker: backend " << engine_->stats().backend << std::endl;

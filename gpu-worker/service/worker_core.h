@@ -26,6 +26,10 @@ struct WorkerOptions {
   int device = 0;                 // CUDA device index
   double vram_budget_gb = 0;      // 0: the card's free memory
   double prefix_cache_gb = 2;     // prefix-cache snapshots (0: off)
+  std::string tier_mode = "fast"; // remote experts on the CUDA backend: fast | exact | cpu
+  double expert_cache_gb = 0;     // VRAM expert cache (0: what the VRAM budget leaves)
+  int admit_per_step = 16;        // expert blocks copied into the cache per step at most
+  int tier_wait_s = 300;          // how long a CUDA worker waits at load for the expert tier
   int64_t prefix_snapshot_stride = 4096;  // also snapshot long prefills every this many tokens
   SchedulerOptions scheduler;
   int64_t context_size = 0;       // 0: min(model max, 32768)

@@ -72,6 +72,8 @@ struct EngineStats {
   // VRAM (or host memory for the CPU engine) in use per category, bytes.
   std::vector<std::pair<std::string, uint64_t>> memory;
   uint64_t memory_budget = 0;
+  // Backend-specific counters (the expert tier's cache hits, misses, copies, graph replays …).
+  std::vector<std::pair<std::string, uint64_t>> counters;
 };
 
 class Engine {

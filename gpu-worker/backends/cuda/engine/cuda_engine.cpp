@@ -7,6 +7,7 @@
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/engine/decode_graphs.h"
 #include "gpu-worker/backends/cuda/engine/device_model.h"
+#include "gpu-worker/backends/cuda/engine/expert_tier.h"
 #include "gpu-worker/backends/cuda/engine/forward.h"
 #include "gpu-worker/backends/cuda/engine/gpu_sampler.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
@@ -37,7 +38,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   dev_ = use_device(o.device);
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   budget_ = std::make_unique<VramBudget>(o.vram_budget_bytes);
-  if (!experts_present(w) && !host_experts_)
+  if (!experts_present(w) && !host_experts_ && o.expert_segment.empty())
     throw Error("the CUDA engine got a model without routed experts and no expert tier to compute them");
   try {
     model_ = upload_model(w, *budget_);
@@ -60,6 +61,34 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   const uint64_t slot_bytes = SequencePool::slot_bytes(cfg_) * static_cast<uint64_t>(o.max_sequences);
   const uint64_t block_bytes = SequencePool::block_bytes(cfg_);
   const int64_t bt = kPoolsPerBlock * cfg_.index_kpool;
+  // Remote EXL3 experts: read from the cpu-expert-worker's segment by the GPU, the hot ones
+  // cached in VRAM (what the budget leaves once every slot's state and full-context KV cache
+  // are set aside, unless --expert-cache-gb says otherwise).
+  if (!experts_present(w) && !o.expert_segment.empty() && o.tier_mode != "cpu") {
+    std::string why;
+    auto seg = ipc::ExpertSegment::attach(o.expert_segment, "", &why);
+    if (!seg) {
+      std::cerr << "cuda engine: expert segment " << o.expert_segment << " not usable (" << why
+                << "); routed experts go to the CPU tier" << std::endl;
+    } else {
+      try {
+        ExpertTierOptions to;
+        const uint64_t kv_full =
+            block_bytes * static_cast<uint64_t>(o.max_sequences) * static_cast<uint64_t>(ceil_div(o.context_size, bt));
+        const uint64_t avail = budget_->available(), fixed = slot_bytes + kv_full + o.reserve_bytes;
+        to.cache_bytes = o.expert_cache_bytes ? o.expert_cache_bytes : (avail > fixed ? (avail - fixed) * 9 / 10 : 0);
+        to.admit_per_step = o.admit_per_step;
+        to.max_tokens = lim.max_tokens;
+        tier_ = std::make_unique<GpuExpertTier>(cfg_, std::move(*seg), to, *budget_, stream_);
+        if (o.tier_mode == "fast")
+          std::cerr << "cuda engine: --tier-mode fast does not split with the CPU tier yet; running exact" << std::endl;
+      } catch (const std::exception& e) {
+        tier_.reset();
+        std::cerr << "cuda engine: zero-copy experts unavailable (" << e.what() << "); routed experts go to the CPU tier"
+                  << std::endl;
+      }
+    }
+  }
   int64_t blocks = 0;
   if (block_bytes > 0) {
     const uint64_t avail = budget_->available();
@@ -70,8 +99,11 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
     blocks = static_cast<int64_t>((avail - need_fixed) / block_bytes);
     blocks = std::min<int64_t>(blocks, static_cast<int64_t>(o.max_sequences) * ceil_div(o.context_size, bt));
   }
+  if (!experts_present(w) && !host_experts_ && !tier_)
+    throw Error("the routed experts are neither in this process nor readable from segment " + o.expert_segment);
   pool_ = std::make_unique<SequencePool>(cfg_, o.max_sequences, blocks, o.context_size, *budget_);
   fwd_ = std::make_unique<ForwardPass>(*model_, *pool_, *bufs_, experts_present(w) ? nullptr : host_experts_);
+  fwd_->set_expert_tier(tier_.get());
   graphs_ = std::make_unique<DecodeGraphs>(*budget_);
   sampler_ = std::make_unique<GpuSampler>(o.max_sequences, cfg_.vocab_size, lim.max_logit_rows, *budget_);
   host_rows_len_ = 3 * lim.max_tokens + lim.max_logit_rows;
@@ -84,6 +116,8 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
 CudaEngine::~CudaEngine() {
   if (stream_) cudaStreamSynchronize(stream_);
   graphs_.reset();
+  fwd_.reset();
+  tier_.reset();
   if (host_rows_) cudaFreeHost(host_rows_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -249,6 +283,9 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
   }
   FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (size_t i : order) seqs_.at(items[i].seq)->length += static_cast<int64_t>(items[i].tokens.size());
+  // Cache upkeep from this step's picks; large prefill chunks admit nothing (they touch almost
+  // every expert once and would flush the hot set).
+  if (tier_) tier_->after_step(plan.rows, plan.rows <= 64, stream_);
 }
 
 EngineStats CudaEngine::stats() const {
@@ -258,6 +295,17 @@ EngineStats CudaEngine::stats() const {
   for (int i = 0; i < kVramCategories; ++i)
     st.memory.emplace_back(vram_category_name(static_cast<VramCategory>(i)), by[i]);
   st.memory_budget = budget_->budget();
+  st.counters = {{"decode_graph_steps", graph_steps_}, {"eager_steps", eager_steps_}};
+  if (tier_) {
+    const ExpertTierStats t = tier_->stats();
+    st.counters.insert(st.counters.end(), {{"expert_cache_hits", t.cache.hits},
+                                           {"expert_cache_misses", t.cache.misses},
+                                           {"expert_cache_admissions", t.cache.admissions},
+                                           {"expert_cache_evictions", t.cache.evictions},
+                                           {"expert_cache_slots", static_cast<uint64_t>(t.slots)},
+                                           {"expert_copies_pending", t.pending},
+                                           {"expert_blocks_copied", t.copied_blocks}});
+  }
   return st;
 }
 

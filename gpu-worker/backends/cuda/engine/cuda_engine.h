@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +27,7 @@ class ForwardPass;
 class DecodeGraphs;
 class GpuSampler;
 class OpProfile;
+class GpuExpertTier;
 
 struct CudaEngineOptions {
   int device = 0;
@@ -36,6 +38,12 @@ struct CudaEngineOptions {
   bool graphs = true;              // replay decode steps from CUDA graphs
   int max_graph_batch = 32;        // decode batches up to this size get a graph
   uint64_t reserve_bytes = 512ull << 20;  // left for CUDA's own allocations (graphs, library workspaces)
+  // Remote routed experts: the cpu-expert-worker's segment name (from its Info), read by the GPU
+  // zero-copy with a VRAM cache, unless tier_mode is "cpu" (every MoE layer a host round trip).
+  std::string expert_segment;
+  std::string tier_mode = "fast";   // fast | exact | cpu ("fast" splits with the CPU tier: not yet, runs as exact)
+  uint64_t expert_cache_bytes = 0;  // 0: what the budget leaves after weights, activations and the KV cache
+  int admit_per_step = 16;
 };
 
 class CudaEngine final : public Engine {
@@ -78,6 +86,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<ForwardPass> fwd_;
   std::unique_ptr<DecodeGraphs> graphs_;
   std::unique_ptr<GpuSampler> sampler_;
+  std::unique_ptr<GpuExpertTier> tier_;
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
   uint64_t next_ = 1;
   uint64_t graph_steps_ = 0, eager_steps_ = 0;

@@ -212,6 +212,13 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     else
       moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
+  } else if (tier_) {
+    // From the segment (zero-copy) or VRAM cache slots, wherever the tier's table says; the
+    // picks go to the host for the cache's upkeep between steps.
+    moe_dispatch(routes, static_cast<int>(E), d, s);
+    exl3_moe_experts(tier_->layer(l), routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
+    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
+    FT_CUDA_CHECK(cudaMemcpyAsync(tier_->route_buffer(l), experts, N * TK * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   } else {
     if (!host_experts_) throw Error("layer " + std::to_string(l) + ": the routed experts are neither on the GPU nor on a tier");
     // Host round trip: the tier computes Σ_k w_k·E_k(a) for every row (ascending expert order).

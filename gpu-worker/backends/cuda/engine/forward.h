@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu-worker/backends/cuda/engine/device_model.h"
+#include "gpu-worker/backends/cuda/engine/expert_tier.h"
 #include "gpu-worker/backends/cuda/engine/op_profile.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/step_buffers.h"
@@ -40,6 +41,9 @@ class ForwardPass {
   // `host_experts`: routed experts computed off the GPU (a host round trip per MoE layer: no
   // graphs); null when the model's experts are on the GPU.
   ForwardPass(const DeviceModel& m, SequencePool& pool, StepBuffers& b, ExpertBackend* host_experts);
+  // Routed experts read from the cpu-expert-worker's segment (zero-copy + VRAM cache) instead of
+  // the host round trip; null: none.
+  void set_expert_tier(GpuExpertTier* t) { tier_ = t; }
 
   // Embedding → layers → final norm + lm_head of the logit rows (into StepBuffers::logits).
   void run(const StepPlan& p, cudaStream_t stream);
@@ -47,7 +51,7 @@ class ForwardPass {
   // rows did not all fit).
   void logits(int64_t rows, int64_t n, cudaStream_t stream);
 
-  bool graph_safe() const { return host_experts_ == nullptr; }
+  bool graph_safe() const { return host_experts_ == nullptr || tier_ != nullptr; }
   // Events around each op group of eager steps (benchmarks); null: none.
   void set_profile(OpProfile* p) { prof_ = p; }
 
@@ -63,6 +67,7 @@ class ForwardPass {
   StepBuffers& b_;
   ExpertBackend* host_experts_;
   OpProfile* prof_ = nullptr;
+  GpuExpertTier* tier_ = nullptr;
   std::vector<float> host_a_, host_o_;  // host-tier exchange
 };
 

@@ -1,0 +1,91 @@
+#pragma once
+// Routed experts of an EXL3 model served from the cpu-expert-worker's shared-memory segment
+// (the expert tiers' GPU side, `--tier-mode exact`): the segment is registered with CUDA, so the
+// grouped EXL3 kernel reads any expert zero-copy over PCIe from the same bytes the CPU tier
+// computes from; the hot experts are copied into VRAM cache slots. Each MoE layer's table
+// (Exl3ExpertPtrs per expert) says where each expert is read from — the segment or a slot — and
+// the kernel reads the same bytes either way, so results never depend on the cache's state.
+//
+// Cache upkeep runs between steps from the experts the last step used (copied to the host inside
+// the step): CLOCK admissions (gpu-worker/tiers/expert_cache.h), rate-limited per step; a new
+// slot's block is copied on a copy stream and the table switches to it only once the copy is
+// done (the kernel meanwhile keeps reading the segment), and an evicted expert's entry points
+// back at the segment before its slot is overwritten.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gpu-worker/backends/cuda/core/vram.h"
+#include "gpu-worker/backends/cuda/exl3/moe.h"
+#include "gpu-worker/tiers/expert_cache.h"
+#include "shared/ipc/expert_segment.h"
+#include "shared/model/config.h"
+
+namespace ft::cuda {
+
+struct ExpertTierOptions {
+  uint64_t cache_bytes = 0;   // VRAM for cache slots (0: no cache, every expert zero-copy)
+  int admit_per_step = 16;    // blocks copied into the cache per step at most (PCIe is shared with zero-copy reads)
+  int64_t max_tokens = 1;     // rows of the largest step (route buffers)
+};
+
+struct ExpertTierStats {
+  tiers::CacheCounters cache;
+  int slots = 0;
+  uint64_t slot_bytes = 0, pending = 0, copied_blocks = 0;
+};
+
+class GpuExpertTier {
+ public:
+  // Takes the attached segment; throws ft::Error when its blocks are not EXL3 or registration fails.
+  GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const ExpertTierOptions& o, VramBudget& budget,
+                cudaStream_t compute);
+  ~GpuExpertTier();
+  GpuExpertTier(const GpuExpertTier&) = delete;
+  GpuExpertTier& operator=(const GpuExpertTier&) = delete;
+
+  // The grouped kernel's view of model layer `layer` (an MoE layer); its table is device memory.
+  const Exl3MoeLayer& layer(int64_t layer) const;
+  // Where the step copies model layer `layer`'s picks (n·top_k int32, pinned host memory).
+  int32_t* route_buffer(int64_t layer);
+  void* workspace() const { return ws_.get(); }
+
+  // After a step (synchronised) of `n` rows: switches finished copies in, updates the cache from
+  // the picks the step left in the route buffers, schedules copies. `admit`: false for large
+  // prefill chunks. Launches only small table writes on `compute`.
+  void after_step(int64_t n, bool admit, cudaStream_t compute);
+
+  ExpertTierStats stats() const;
+
+ private:
+  struct Pending {
+    int moe = 0, expert = 0, slot = 0;
+    cudaEvent_t done = nullptr;
+  };
+  void write_entry(int moe, int expert, const Exl3ExpertPtrs& e, cudaStream_t s);
+  Exl3ExpertPtrs segment_entry(int moe, int expert) const;
+  Exl3ExpertPtrs slot_entry(int moe, int expert, int slot) const;
+
+  const ModelConfig& cfg_;
+  ipc::ExpertSegment seg_;
+  void* seg_dev_ = nullptr;  // device alias of the segment
+  ExpertTierOptions o_;
+  int n_moe_ = 0, E_ = 0, TK_ = 0;
+  std::vector<int> moe_of_layer_;  // model layer → MoE index, −1
+  std::vector<Exl3MoeLayer> layers_;
+  DeviceArray<Exl3ExpertPtrs> table_;  // [n_moe][E]
+  Exl3ExpertPtrs* table_h_ = nullptr;  // pinned mirror (each entry's last written value)
+  DeviceArray<uint8_t> slots_mem_, ws_;
+  uint64_t slot_bytes_ = 0;
+  tiers::ExpertCache cache_;
+  int32_t* routes_h_ = nullptr;  // pinned [n_moe][max_tokens·top_k]
+  cudaStream_t copy_ = nullptr;
+  cudaEvent_t tables_written_ = nullptr;
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+  uint64_t copied_ = 0;
+};
+
+}  // namespace ft::cuda
