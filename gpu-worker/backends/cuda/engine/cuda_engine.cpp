@@ -250,6 +250,7 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
   for (size_t first = 0; first < want.size(); first += static_cast<size_t>(R)) {
     const size_t n = std::min<size_t>(want.size() - first, static_cast<size_t>(R));
     if (first > 0) {
+      FT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned row list is rewritten below
       for (size_t i = 0; i < n; ++i) lrows[i] = want[first + i].row;
       FT_CUDA_CHECK(cudaMemcpyAsync(b.logit_rows, lrows, n * 4, cudaMemcpyHostToDevice, stream_));
       fwd_->logits(plan.rows, static_cast<int64_t>(n), stream_);
