@@ -12,7 +12,8 @@ namespace ft::tiers {
 ExpertCache::ExpertCache(int layers, int experts, int slots)
     : layers_(layers), experts_(experts), where_(static_cast<size_t>(layers) * experts, -1),
       slot_owner_(static_cast<size_t>(std::max(slots, 0)), {-1, -1}), ref_(slot_owner_.size(), 0),
-      pinned_at_(slot_owner_.size(), 0), counters_(static_cast<size_t>(layers)) {}
+      pinned_at_(slot_owner_.size(), 0), usable_(static_cast<int>(slot_owner_.size())),
+      counters_(static_cast<size_t>(layers)) {}
 
 void ExpertCache::begin_step(bool admit) {
   ++step_;  // pins are "pinned_at_ == step_": ending a step unpins everything at once
@@ -43,8 +44,10 @@ std::optional<int> ExpertCache::admit(int layer, int expert, std::pair<int, int>
     return s;
   }
   // CLOCK: sweep at most twice (first pass clears reference bits), skipping pinned slots.
-  const int n = slots();
+  const int n = usable_;
+  if (n == 0) return std::nullopt;
   for (int tries = 0; tries < 2 * n; ++tries) {
+    if (hand_ >= n) hand_ = 0;
     const int s = hand_;
     hand_ = (hand_ + 1) % n;
     if (pinned_at_[s] == step_) continue;
@@ -79,8 +82,8 @@ std::vector<std::pair<int, std::pair<int, int>>> ExpertCache::warm_start(
   std::vector<std::pair<int, std::pair<int, int>>> out;
   int s = 0;
   for (const auto& [cnt, k] : order) {
-    while (s < slots() && slot_owner_[s].first >= 0) ++s;
-    if (s >= slots()) break;
+    while (s < usable_ && slot_owner_[s].first >= 0) ++s;
+    if (s >= usable_) break;
     if (where_[k] >= 0) continue;
     const int l = k / experts_, e = k % experts_;
     slot_owner_[s] = {l, e};
@@ -88,6 +91,40 @@ std::vector<std::pair<int, std::pair<int, int>>> ExpertCache::warm_start(
     out.push_back({s, {l, e}});
   }
   return out;
+}
+
+std::vector<std::pair<int, int>> ExpertCache::lend(int n) {
+  std::vector<std::pair<int, int>> out;
+  if (lent() > 0) return out;
+  n = std::clamp(n, 0, slots());
+  usable_ = slots() - n;
+  for (int s = usable_; s < slots(); ++s) {
+    const auto o = slot_owner_[s];
+    if (o.first < 0) continue;
+    where_[key(o.first, o.second)] = -1;
+    slot_owner_[s] = {-1, -1};
+    ref_[s] = 0;
+    out.push_back(o);
+  }
+  lent_owners_ = out;
+  return out;
+}
+
+std::vector<std::pair<int, int>> ExpertCache::give_back() {
+  usable_ = slots();
+  std::vector<std::pair<int, int>> out;
+  for (const auto& o : lent_owners_)
+    if (where_[key(o.first, o.second)] < 0) out.push_back(o);
+  lent_owners_.clear();
+  return out;
+}
+
+bool ExpertCache::restore(int slot, int layer, int expert) {
+  if (slot < 0 || slot >= usable_ || slot_owner_[slot].first >= 0 || where_[key(layer, expert)] >= 0) return false;
+  slot_owner_[slot] = {layer, expert};
+  where_[key(layer, expert)] = slot;
+  ref_[slot] = 1;
+  return true;
 }
 
 std::optional<int> ExpertCache::slot_of(int layer, int expert) const {

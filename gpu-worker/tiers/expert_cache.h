@@ -41,6 +41,19 @@ class ExpertCache {
   // e.g. a routing-statistics file); returns the (slot, layer, expert) placements to copy in.
   std::vector<std::pair<int, std::pair<int, int>>> warm_start(const std::vector<std::vector<uint64_t>>& counts);
 
+  // Prefill staging borrows the last `n` slots (clamped to the cache): their experts leave the
+  // cache (returned, so the caller points them back at the host copy) and no admission uses the
+  // slots until give_back, which empties them and hands back the experts that were evicted, so
+  // the caller can copy them in again and place them with restore(). Lending while lent first
+  // gives back nothing: the lent range stays as it is.
+  std::vector<std::pair<int, int>> lend(int n);
+  std::vector<std::pair<int, int>> give_back();
+  int lent() const { return slots() - usable_; }
+  int first_lent_slot() const { return usable_; }
+  // Places (layer, expert) in empty usable slot `slot` (a given-back expert copied in again).
+  // False when the slot is taken or lent, or the expert is already cached.
+  bool restore(int slot, int layer, int expert);
+
   std::optional<int> slot_of(int layer, int expert) const;
   std::pair<int, int> owner(int slot) const { return slot_owner_[slot]; }
   const CacheCounters& counters(int layer) const { return counters_[layer]; }
@@ -56,6 +69,8 @@ class ExpertCache {
   uint32_t step_ = 0;
   bool admit_ = true;
   int hand_ = 0;
+  int usable_ = 0;                                // slots [usable_, slots) are lent
+  std::vector<std::pair<int, int>> lent_owners_;  // what the lent slots held
   std::vector<CacheCounters> counters_;
 };
 

@@ -14,10 +14,12 @@ SyntheticTrace::SyntheticTrace(const TraceShape& shape, const SyntheticTraceOpti
     : shape_(shape), o_(o), rng_(o.seed) {
   if (shape.top_k < 1 || shape.top_k > shape.experts) throw Error("routing trace: top_k must be in [1, experts]");
   perm_.resize(static_cast<size_t>(shape.layers));
+  std::mt19937_64 popularity(o.popularity_seed);
   for (auto& p : perm_) {
     p.resize(static_cast<size_t>(shape.experts));
     std::iota(p.begin(), p.end(), 0);
-    std::shuffle(p.begin(), p.end(), rng_);
+    if (o.popularity_seed) std::shuffle(p.begin(), p.end(), popularity);
+    else std::shuffle(p.begin(), p.end(), rng_);
   }
   cdf_.resize(static_cast<size_t>(shape.experts));
   double acc = 0;

@@ -22,6 +22,9 @@ struct SyntheticTraceOptions {
   double zipf_s = 0.8;     // popularity skew: P(rank r) ∝ 1 / (r + 1)^s; 0: uniform
   double locality = 0.3;   // probability each of the previous token's picks is kept
   uint64_t seed = 1;
+  // Non-zero: the popularity ranking comes from this seed instead of `seed`, so several streams
+  // (one per sequence, each with its own `seed`) share one model's popular experts.
+  uint64_t popularity_seed = 0;
 };
 
 using TokenRoute = std::vector<std::vector<int>>;  // [layer][k], ascending

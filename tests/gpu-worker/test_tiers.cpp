@@ -2,13 +2,23 @@
 // switchable admission, warm start, the CPU/zero-copy split model, and routing traces.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <random>
 #include <set>
 
 #include "gpu-worker/tiers/expert_cache.h"
 #include "gpu-worker/tiers/routing_trace.h"
 #include "gpu-worker/tiers/split_model.h"
+#include "gpu-worker/tiers/synthetic_segment.h"
+#include "shared/exl3/expert_block.h"
+#include "shared/exl3/expert_forward.h"
+#include "shared/exl3/thread_pool.h"
+#include "shared/ipc/expert_segment.h"
+#include "shared/model/config.h"
 #include "shared/core/error.h"
 #include "tests/support/test_paths.h"
 
@@ -169,4 +179,140 @@ TEST(RoutingTrace, SkewLocalityAndTheFileFormat) {
     f << "flashtier-routing-trace 1 1 4 2\n3 1\n";
   }
   EXPECT_THROW(read_trace(d / "bad.trace", nullptr), Error);
+}
+
+TEST(RoutingTrace, StreamsWithOnePopularitySeedShareTheirPopularExperts) {
+  const TraceShape shape{2, 64, 4};
+  auto most_popular = [&](uint64_t seed, uint64_t popularity) {
+    SyntheticTraceOptions o;
+    o.zipf_s = 1.2;
+    o.locality = 0;
+    o.seed = seed;
+    o.popularity_seed = popularity;
+    SyntheticTrace t(shape, o);
+    std::vector<int> count(64);
+    std::vector<std::vector<int>> picks;
+    for (int i = 0; i < 2000; ++i) {
+      const TokenRoute r = t.next();
+      for (int e : r[0]) ++count[e];
+      picks.push_back(r[0]);
+    }
+    return std::make_pair(static_cast<int>(std::max_element(count.begin(), count.end()) - count.begin()), picks);
+  };
+  const auto a = most_popular(11, 7), b = most_popular(12, 7), c = most_popular(12, 0);
+  EXPECT_EQ(a.first, b.first);     // one model: the same popular expert
+  EXPECT_NE(a.second, b.second);   // two sequences: different picks
+  // Without a popularity seed the ranking follows the stream's own seed (the old behaviour).
+  EXPECT_EQ(c.first, most_popular(12, 0).first);
+}
+
+TEST(SyntheticSegment, IdentitiesAliasAPoolOfRealBlocksThatAttachAndCompute) {
+  const ModelConfig c = load_config(test::fixture("glm5-tiny-exl3/model"));
+  SyntheticSegmentOptions o;
+  o.name = "flashtier-test-synthetic-" + std::to_string(::getpid());
+  o.K = 3;
+  o.threads = 2;
+  int n_moe = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n_moe += c.is_moe(l);
+  ASSERT_GT(n_moe, 0);
+  const uint64_t identities = static_cast<uint64_t>(n_moe) * static_cast<uint64_t>(c.n_routed_experts);
+  // A pool of 3 blocks and a bit: identities must share them.
+  exl3::ExpertGeometry g;
+  g.hidden = c.hidden_size;
+  g.inter = c.moe_intermediate_size;
+  for (int p = 0; p < 3; ++p) g.K[p] = 3;
+  const uint64_t block = exl3::plan_expert_block(g).block_bytes;
+  o.pool_bytes = 3 * block + block / 2;
+  const SyntheticSegmentInfo info = build_synthetic_segment(c, o);
+  struct Cleanup {
+    std::string n;
+    ~Cleanup() { ipc::ShmMapping::remove(n); }
+  } cleanup{o.name};
+  EXPECT_EQ(info.identities, identities);
+  EXPECT_EQ(info.distinct_blocks, std::min<uint64_t>(3, identities));
+  EXPECT_EQ(info.block_bytes, block);
+
+  std::string why;
+  auto seg = ipc::ExpertSegment::attach(o.name, "", &why);
+  ASSERT_TRUE(seg) << why;
+  const ipc::SegmentHeader& h = seg->header();
+  EXPECT_EQ(h.n_moe_layers, static_cast<uint32_t>(n_moe));
+  EXPECT_EQ(h.n_experts, static_cast<uint32_t>(c.n_routed_experts));
+  EXPECT_EQ(h.total_bytes, h.data_offset + info.distinct_blocks * block);
+  exl3::ThreadPool pool(1, false);
+  std::vector<float> x(static_cast<size_t>(c.hidden_size)), y(x.size());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : x) v = nd(rng);
+  std::set<uint64_t> offsets;
+  for (int m = 0; m < n_moe; ++m)
+    for (int e = 0; e < static_cast<int>(c.n_routed_experts); ++e) {
+      const ipc::BlockDesc& b = seg->block(m, static_cast<uint32_t>(e));
+      EXPECT_EQ(b.offset, h.data_offset + synthetic_block_of(m, e, static_cast<int>(c.n_routed_experts), 3) * block);
+      EXPECT_EQ(b.format, static_cast<uint32_t>(ipc::BlockFormat::Exl3));
+      EXPECT_EQ(b.layer, h.moe_layers[m]);
+      EXPECT_EQ(b.proj[2].out, static_cast<uint32_t>(c.hidden_size));
+      offsets.insert(b.offset);
+      const exl3::ExpertView v = exl3::view_expert_block(seg->block_data(b));
+      EXPECT_EQ(v.header->proj[0].K, 3u);
+      EXPECT_EQ(v.header->proj[0].codebook, static_cast<uint32_t>(exl3::Codebook::Mul1));
+    }
+  EXPECT_EQ(offsets.size(), info.distinct_blocks);
+  // The random experts keep a unit-sized input near unit size (the benchmark's activations stay
+  // finite through 45 layers).
+  exl3::expert_forward(seg->block_data(seg->block(0, 0)), x.data(), 1, y.data(), pool,
+                       static_cast<float>(c.swiglu_limit));
+  double ss = 0;
+  for (float v : y) {
+    ASSERT_TRUE(std::isfinite(v));
+    ss += static_cast<double>(v) * v;
+  }
+  const double rms = std::sqrt(ss / static_cast<double>(y.size()));
+  EXPECT_GT(rms, 1e-3);
+  EXPECT_LT(rms, 10.0);
+}
+
+TEST(ExpertCache, PrefillStagingBorrowsSlotsAndGivesTheirExpertsBack) {
+  ExpertCache c(1, 16, 6);
+  c.begin_step(true);
+  for (int e = 0; e < 6; ++e) {
+    ASSERT_FALSE(c.lookup(0, e));
+    ASSERT_TRUE(c.admit(0, e));
+  }
+  c.end_step();
+  // The last 2 slots are lent: their experts leave the cache.
+  std::vector<std::pair<int, int>> gone;
+  std::vector<int> lent_slots;
+  for (int s = 4; s < 6; ++s) {
+    gone.push_back(c.owner(s));
+    lent_slots.push_back(s);
+  }
+  auto out = c.lend(2);
+  std::sort(out.begin(), out.end());
+  std::sort(gone.begin(), gone.end());
+  EXPECT_EQ(out, gone);
+  EXPECT_EQ(c.lent(), 2);
+  EXPECT_EQ(c.first_lent_slot(), 4);
+  for (const auto& [l, e] : gone) EXPECT_FALSE(c.slot_of(l, e));
+  EXPECT_TRUE(c.lend(3).empty());  // already lent: unchanged
+  EXPECT_EQ(c.lent(), 2);
+  // Admissions while lent never touch the lent slots.
+  for (int round = 0; round < 4; ++round) {
+    c.begin_step(true);
+    for (int e = 6; e < 16; ++e) {
+      if (c.lookup(0, e)) continue;
+      const auto s = c.admit(0, e);
+      if (s) EXPECT_LT(*s, 4);
+    }
+    c.end_step();
+  }
+  for (int s = 4; s < 6; ++s) EXPECT_EQ(c.owner(s).first, -1);
+  // Give back: the evicted experts return (none of them was re-admitted meanwhile).
+  auto back = c.give_back();
+  std::sort(back.begin(), back.end());
+  EXPECT_EQ(back, gone);
+  EXPECT_EQ(c.lent(), 0);
+  for (size_t i = 0; i < back.size(); ++i) EXPECT_TRUE(c.restore(lent_slots[i], back[i].first, back[i].second));
+  for (const auto& [l, e] : gone) EXPECT_TRUE(c.slot_of(l, e));
+  EXPECT_FALSE(c.restore(lent_slots[0], 0, 15));  // taken
 }

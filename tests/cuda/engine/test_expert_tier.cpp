@@ -18,10 +18,10 @@ namespace {
 std::string model_dir() { return test::fixture("glm5-tiny-exl3/model"); }
 
 // Prefill of a fixture prompt, then `steps` greedy decode steps; every row's logits.
-std::vector<float> trace(CudaEngine& e, int steps) {
+std::vector<float> trace(CudaEngine& e, int steps, const std::string& which = "case1") {
   const TensorStore ref = TensorStore::open(test::fixture("glm5-tiny-exl3/reference.safetensors"));
   std::vector<int32_t> prompt;
-  for (int64_t v : to_i64(ref.get("case1.input_ids"))) prompt.push_back(static_cast<int32_t>(v));
+  for (int64_t v : to_i64(ref.get(which + ".input_ids"))) prompt.push_back(static_cast<int32_t>(v));
   SequenceSpec spec;
   spec.sampling.temperature = 0;
   spec.max_tokens = static_cast<int64_t>(prompt.size()) + steps + 1;
@@ -111,6 +111,39 @@ TEST_F(ExpertTierTest, ZeroCopyAndCachedExpertsGiveTheVramResidentBits) {
   }
   EXPECT_GT(admissions, 0u);
   EXPECT_GT(hits, 0u);
+}
+
+uint64_t counter(const CudaEngine& e, const std::string& name) {
+  for (const auto& [n, v] : e.stats().counters)
+    if (n == name) return v;
+  return 0;
+}
+
+// Prefill staging copies a large chunk's non-resident experts into borrowed cache slots one layer
+// ahead; the kernel reads the same bytes from there, so the logits keep the resident bits, and
+// the decode steps after it give the slots back (their experts copied in again) without a change.
+TEST_F(ExpertTierTest, StagedPrefillChunksGiveTheVramResidentBits) {
+  LoadOptions local;
+  local.keep_quantized = true;
+  CudaEngine resident(load_model(model_dir(), local), nullptr, opts());
+  const auto want1 = trace(resident, 8, "case1"), want2 = trace(resident, 8, "case2");
+  LoadOptions remote = local;
+  remote.routed_experts = false;
+  CudaEngineOptions o = opts();
+  o.expert_segment = seg_name_;
+  o.tier_mode = "exact";
+  o.expert_cache_bytes = 64ull << 20;
+  o.staging_min_rows = 65;  // case1 (70 tokens) and case2 (150) prefill in one staged chunk
+  CudaEngine staged(load_model(model_dir(), remote), nullptr, o);
+  const auto got1 = trace(staged, 8, "case1"), got2 = trace(staged, 8, "case2"), again1 = trace(staged, 8, "case1");
+  ASSERT_EQ(want1.size(), got1.size());
+  ASSERT_EQ(want2.size(), got2.size());
+  EXPECT_EQ(test::bit_mismatches(want1.data(), got1.data(), want1.size()), 0u);
+  EXPECT_EQ(test::bit_mismatches(want2.data(), got2.data(), want2.size()), 0u);
+  EXPECT_EQ(test::bit_mismatches(want1.data(), again1.data(), want1.size()), 0u);
+  EXPECT_EQ(counter(staged, "expert_staged_steps"), 3u);
+  EXPECT_GT(counter(staged, "expert_staged_blocks"), 0u);
+  EXPECT_GT(counter(staged, "expert_staging_slots"), 0u);
 }
 
 TEST_F(ExpertTierTest, DecodeFromGraphsWithTheTier) {

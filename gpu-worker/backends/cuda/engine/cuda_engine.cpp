@@ -79,6 +79,9 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
         to.cache_bytes = o.expert_cache_bytes ? o.expert_cache_bytes : (avail > fixed ? (avail - fixed) * 9 / 10 : 0);
         to.admit_per_step = o.admit_per_step;
         to.max_tokens = lim.max_tokens;
+        to.forced_routes = o.forced_routes;
+        to.staging_min_rows = o.staging_min_rows;
+        to.staging_slots = o.staging_slots;
         tier_ = std::make_unique<GpuExpertTier>(cfg_, std::move(*seg), to, *budget_, stream_);
         if (o.tier_mode == "fast")
           std::cerr << "cuda engine: --tier-mode fast does not split with the CPU tier yet; running exact" << std::endl;
@@ -234,6 +237,8 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
       sampler_->add_prompt(seqs_.at(items[i].seq)->slot, b.tokens + row0[i],
                            static_cast<int64_t>(items[i].tokens.size()), stream_);
 
+  // Prefill staging of the zero-copy experts (large chunks only; never inside a graph).
+  if (tier_) tier_->begin_step(plan.rows, stream_);
   const bool graph = opts_.graphs && !profiling_ && fwd_->graph_safe() && decode_rows == plan.rows &&
                      plan.rows <= opts_.max_graph_batch && plan.logit_rows == plan.rows &&
                      std::all_of(items.begin(), items.end(),
@@ -305,7 +310,10 @@ EngineStats CudaEngine::stats() const {
                                            {"expert_cache_evictions", t.cache.evictions},
                                            {"expert_cache_slots", static_cast<uint64_t>(t.slots)},
                                            {"expert_copies_pending", t.pending},
-                                           {"expert_blocks_copied", t.copied_blocks}});
+                                           {"expert_blocks_copied", t.copied_blocks},
+                                           {"expert_staging_slots", static_cast<uint64_t>(t.staging_slots)},
+                                           {"expert_staged_steps", t.staged_steps},
+                                           {"expert_staged_blocks", t.staged_blocks}});
   }
   return st;
 }

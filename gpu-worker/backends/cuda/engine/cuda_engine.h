@@ -44,6 +44,11 @@ struct CudaEngineOptions {
   std::string tier_mode = "fast";   // fast | exact | cpu ("fast" splits with the CPU tier: not yet, runs as exact)
   uint64_t expert_cache_bytes = 0;  // 0: what the budget leaves after weights, activations and the KV cache
   int admit_per_step = 16;
+  bool forced_routes = false;       // benchmarks: expert_tier()->set_forced_routes replaces the router's picks
+  // Prefill staging (expert_tier.h): chunks of at least this many rows copy their layers'
+  // non-resident experts into borrowed cache slots one layer ahead.
+  int64_t staging_min_rows = 512;
+  int staging_slots = -1;           // −1: two MoE layers' worth, at most half the cache; 0: off
 };
 
 class CudaEngine final : public Engine {
@@ -69,6 +74,8 @@ class CudaEngine final : public Engine {
   // Decode steps since start that ran from a graph / eagerly.
   uint64_t graph_steps() const { return graph_steps_; }
   uint64_t eager_steps() const { return eager_steps_; }
+  // The zero-copy expert tier (null when the experts are in VRAM or on the CPU tier).
+  GpuExpertTier* expert_tier() { return tier_.get(); }
 
  private:
   struct Seq;

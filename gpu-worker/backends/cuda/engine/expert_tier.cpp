@@ -65,8 +65,27 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   ws_ = DeviceArray<uint8_t>(budget, ws, VramCategory::Workspace, "zero-copy expert workspace");
   exl3_moe_workspace_init(ws_.get(), ws, compute);
   FT_CUDA_CHECK(cudaMallocHost(&routes_h_, static_cast<size_t>(n_moe_) * o.max_tokens * TK_ * sizeof(int32_t)));
+  if (o.forced_routes)
+    forced_ = DeviceArray<int32_t>(budget, static_cast<size_t>(n_moe_) * o.max_tokens * TK_, VramCategory::Workspace,
+                                   "forced routes");
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&tables_written_, cudaEventDisableTiming));
+  in_vram_.assign(static_cast<size_t>(n_moe_) * E_, 0);
+  staging_slots_ = o.staging_slots >= 0 ? std::min(o.staging_slots, slots) : std::min(2 * E_, slots / 2);
+  // Decode steps (graph-captured, at most a few dozen rows) must never stage.
+  o_.staging_min_rows = std::max<int64_t>(o_.staging_min_rows, 65);
+  staging_slots_ -= staging_slots_ % 2;
+  if (staging_slots_ > 0) {
+    FT_CUDA_CHECK(cudaMallocHost(&stage_h_, static_cast<size_t>(n_moe_) * E_ * sizeof(Exl3ExpertPtrs)));
+    stage_table_ = DeviceArray<Exl3ExpertPtrs>(budget, static_cast<size_t>(2) * E_, VramCategory::ExpertCache,
+                                               "staging tables");
+    stage_layers_ = layers_;
+    for (int m = 0; m < n_moe_; ++m) stage_layers_[m].table = stage_table_.get() + (m % 2) * E_;
+    for (int b = 0; b < 2; ++b) {
+      FT_CUDA_CHECK(cudaEventCreateWithFlags(&stage_ready_[b], cudaEventDisableTiming));
+      FT_CUDA_CHECK(cudaEventCreateWithFlags(&stage_free_[b], cudaEventDisableTiming));
+    }
+  }
   FT_CUDA_CHECK(cudaStreamSynchronize(compute));
 }
 
@@ -75,6 +94,11 @@ GpuExpertTier::~GpuExpertTier() {
   for (Pending& p : pending_) cudaEventDestroy(p.done);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (tables_written_) cudaEventDestroy(tables_written_);
+  for (int b = 0; b < 2; ++b) {
+    if (stage_ready_[b]) cudaEventDestroy(stage_ready_[b]);
+    if (stage_free_[b]) cudaEventDestroy(stage_free_[b]);
+  }
+  if (stage_h_) cudaFreeHost(stage_h_);
   if (copy_) cudaStreamDestroy(copy_);
   if (seg_dev_) cudaHostUnregister(const_cast<uint8_t*>(seg_.data()));
   if (routes_h_) cudaFreeHost(routes_h_);
@@ -101,6 +125,7 @@ void GpuExpertTier::write_entry(int m, int e, const Exl3ExpertPtrs& p, cudaStrea
   // The pinned mirror entry is rewritten only after a later step's synchronisation, so the copy
   // reads it intact.
   table_h_[m * E_ + e] = p;
+  in_vram_[m * E_ + e] = p.trellis[0] != segment_entry(m, e).trellis[0];
   FT_CUDA_CHECK(cudaMemcpyAsync(table_.get() + m * E_ + e, table_h_ + m * E_ + e, sizeof(Exl3ExpertPtrs),
                                 cudaMemcpyHostToDevice, s));
 }
@@ -152,21 +177,105 @@ void GpuExpertTier::after_step(int64_t n, bool admit, cudaStream_t s) {
   // 3. Copies start once the table writes that release their slots are done.
   FT_CUDA_CHECK(cudaEventRecord(tables_written_, s));
   FT_CUDA_CHECK(cudaStreamWaitEvent(copy_, tables_written_, 0));
-  for (const Copy& c : copies) {
-    const ipc::BlockDesc& b = seg_.block(c.moe, static_cast<uint32_t>(c.expert));
-    FT_CUDA_CHECK(cudaMemcpyAsync(slots_mem_.get() + static_cast<uint64_t>(c.slot) * slot_bytes_, seg_.block_data(b),
-                                  b.bytes, cudaMemcpyHostToDevice, copy_));
-    cudaEvent_t ev;
-    if (!free_events_.empty()) {
-      ev = free_events_.back();
-      free_events_.pop_back();
-    } else {
-      FT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    }
-    FT_CUDA_CHECK(cudaEventRecord(ev, copy_));
-    pending_.push_back({c.moe, c.expert, c.slot, ev});
-    ++copied_;
+  for (const Copy& c : copies) copy_in(c.moe, c.expert, c.slot);
+}
+
+void GpuExpertTier::copy_in(int m, int e, int slot) {
+  const ipc::BlockDesc& b = seg_.block(m, static_cast<uint32_t>(e));
+  FT_CUDA_CHECK(cudaMemcpyAsync(slots_mem_.get() + static_cast<uint64_t>(slot) * slot_bytes_, seg_.block_data(b),
+                                b.bytes, cudaMemcpyHostToDevice, copy_));
+  cudaEvent_t ev;
+  if (!free_events_.empty()) {
+    ev = free_events_.back();
+    free_events_.pop_back();
+  } else {
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   }
+  FT_CUDA_CHECK(cudaEventRecord(ev, copy_));
+  pending_.push_back({m, e, slot, ev});
+  ++copied_;
+}
+
+void GpuExpertTier::begin_step(int64_t rows, cudaStream_t s) {
+  staged_ = false;
+  if (staging_slots_ == 0) return;
+  const bool stage_this = rows >= o_.staging_min_rows;
+  if (!stage_this) {
+    if (cache_.lent() == 0) return;
+    // Back from a prefill: the lent slots take their old experts again (copied in as admissions
+    // are: the table switches once each copy is done).
+    const int first = cache_.first_lent_slot();
+    const auto back = cache_.give_back();
+    FT_CUDA_CHECK(cudaEventRecord(tables_written_, s));
+    FT_CUDA_CHECK(cudaStreamWaitEvent(copy_, tables_written_, 0));
+    int slot = first;
+    for (const auto& [m, e] : back) {
+      while (slot < cache_.slots() && cache_.owner(slot).first >= 0) ++slot;
+      if (slot >= cache_.slots() || !cache_.restore(slot, m, e)) break;
+      copy_in(m, e, slot);
+    }
+    return;
+  }
+  if (cache_.lent() == 0) {
+    // The lent slots' experts read from the segment again before staging overwrites them. A copy
+    // still in flight into a lent slot precedes the staging copies on the same stream; it is
+    // forgotten, so its completion can never switch a table entry to a slot staging reuses (or
+    // that give_back later refills with the same expert under a new copy).
+    for (const auto& [m, e] : cache_.lend(staging_slots_)) write_entry(m, e, segment_entry(m, e), s);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->slot >= cache_.first_lent_slot()) {
+        free_events_.push_back(it->done);
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    FT_CUDA_CHECK(cudaEventRecord(tables_written_, s));
+    FT_CUDA_CHECK(cudaStreamWaitEvent(copy_, tables_written_, 0));
+  }
+  staged_ = true;
+  ++staged_steps_;
+  // The buffers are free once the previous staged step's kernels are done (stage_free_ events;
+  // recorded by it, or never recorded: an unrecorded event counts as complete).
+  stage(0);
+  if (n_moe_ > 1) stage(1);
+}
+
+void GpuExpertTier::stage(int m) {
+  const int b = m % 2, per = staging_slots_ / 2;
+  const int first = cache_.first_lent_slot() + b * per;
+  FT_CUDA_CHECK(cudaStreamWaitEvent(copy_, stage_free_[b], 0));
+  Exl3ExpertPtrs* t = stage_h_ + static_cast<size_t>(m) * E_;
+  int used = 0;
+  for (int e = 0; e < E_; ++e) {
+    t[e] = table_h_[m * E_ + e];
+    if (in_vram_[m * E_ + e] || used >= per) continue;
+    const ipc::BlockDesc& blk = seg_.block(m, static_cast<uint32_t>(e));
+    uint8_t* dst = slots_mem_.get() + static_cast<uint64_t>(first + used) * slot_bytes_;
+    FT_CUDA_CHECK(cudaMemcpyAsync(dst, seg_.block_data(blk), blk.bytes, cudaMemcpyHostToDevice, copy_));
+    t[e] = exl3_expert_ptrs(seg_.block_data(blk), dst);
+    ++used;
+  }
+  staged_blocks_ += static_cast<uint64_t>(used);
+  // Each layer has its own pinned table, so enqueuing the next use of this buffer never rewrites
+  // bytes a queued copy has yet to read.
+  FT_CUDA_CHECK(cudaMemcpyAsync(stage_table_.get() + b * E_, t, static_cast<size_t>(E_) * sizeof(Exl3ExpertPtrs),
+                                cudaMemcpyHostToDevice, copy_));
+  FT_CUDA_CHECK(cudaEventRecord(stage_ready_[b], copy_));
+}
+
+const Exl3MoeLayer& GpuExpertTier::layer_for_step(int64_t l, cudaStream_t s) {
+  if (!staged_) return layer(l);
+  const int m = moe_of_layer_.at(static_cast<size_t>(l));
+  FT_CUDA_CHECK(cudaStreamWaitEvent(s, stage_ready_[m % 2], 0));
+  return stage_layers_[m];
+}
+
+void GpuExpertTier::layer_done(int64_t l, cudaStream_t s) {
+  if (!staged_) return;
+  const int m = moe_of_layer_.at(static_cast<size_t>(l));
+  FT_CUDA_CHECK(cudaEventRecord(stage_free_[m % 2], s));
+  if (m + 2 < n_moe_) stage(m + 2);
 }
 
 ExpertTierStats GpuExpertTier::stats() const {
@@ -176,7 +285,28 @@ ExpertTierStats GpuExpertTier::stats() const {
   s.slot_bytes = slot_bytes_;
   s.pending = pending_.size();
   s.copied_blocks = copied_;
+  s.staging_slots = staging_slots_;
+  s.staged_steps = staged_steps_;
+  s.staged_blocks = staged_blocks_;
   return s;
+}
+
+void GpuExpertTier::set_forced_routes(const int32_t* host, int64_t rows) {
+  if (!forced_.get()) throw Error("expert tier: routes are not forced (ExpertTierOptions::forced_routes)");
+  if (rows < 1 || rows > o_.max_tokens)
+    throw Error("expert tier: " + std::to_string(rows) + " forced rows, at most " + std::to_string(o_.max_tokens));
+  for (int64_t i = 0; i < static_cast<int64_t>(n_moe_) * rows * TK_; ++i)
+    if (host[i] < 0 || host[i] >= E_) throw Error("expert tier: forced route " + std::to_string(host[i]) + " out of range");
+  const size_t n = static_cast<size_t>(rows * TK_);
+  FT_CUDA_CHECK(cudaMemcpy2D(forced_.get(), static_cast<size_t>(o_.max_tokens * TK_) * sizeof(int32_t), host,
+                             n * sizeof(int32_t), n * sizeof(int32_t), static_cast<size_t>(n_moe_),
+                             cudaMemcpyHostToDevice));
+}
+
+const int32_t* GpuExpertTier::forced_routes(int64_t layer) const {
+  if (!forced_.get()) return nullptr;
+  const int m = moe_of_layer_.at(static_cast<size_t>(layer));
+  return m < 0 ? nullptr : forced_.get() + static_cast<size_t>(m) * o_.max_tokens * TK_;
 }
 
 }  // namespace ft::cuda

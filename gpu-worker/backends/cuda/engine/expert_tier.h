@@ -29,12 +29,20 @@ struct ExpertTierOptions {
   uint64_t cache_bytes = 0;   // VRAM for cache slots (0: no cache, every expert zero-copy)
   int admit_per_step = 16;    // blocks copied into the cache per step at most (PCIe is shared with zero-copy reads)
   int64_t max_tokens = 1;     // rows of the largest step (route buffers)
+  bool forced_routes = false; // benchmarks: picks come from set_forced_routes, not the router
+  // Prefill staging: steps of at least staging_min_rows rows borrow staging_slots cache slots
+  // (half per buffer, two buffers) and copy each MoE layer's experts that are not in VRAM into
+  // them one layer ahead on the copy stream, so a chunk reads every such expert over PCIe once
+  // (a DMA copy) instead of once per 32-row batch (zero-copy). 0 slots: off.
+  int64_t staging_min_rows = 512;
+  int staging_slots = -1;     // −1: two MoE layers' worth, at most half the cache
 };
 
 struct ExpertTierStats {
   tiers::CacheCounters cache;
-  int slots = 0;
+  int slots = 0, staging_slots = 0;
   uint64_t slot_bytes = 0, pending = 0, copied_blocks = 0;
+  uint64_t staged_steps = 0, staged_blocks = 0;  // prefill staging: chunks, blocks copied
 };
 
 class GpuExpertTier {
@@ -48,6 +56,15 @@ class GpuExpertTier {
 
   // The grouped kernel's view of model layer `layer` (an MoE layer); its table is device memory.
   const Exl3MoeLayer& layer(int64_t layer) const;
+
+  // Before a step of `rows` rows (eager steps only; decode graphs never stage): a large chunk
+  // borrows the staging slots and starts the first two layers' copies; a small step after a
+  // staged one gives the slots back and copies their old experts in again.
+  void begin_step(int64_t rows, cudaStream_t compute);
+  // The view MoE layer `layer` of this step reads (staged or not), waiting on `compute` for its
+  // staging copies; then layer_done once its expert kernel is enqueued.
+  const Exl3MoeLayer& layer_for_step(int64_t layer, cudaStream_t compute);
+  void layer_done(int64_t layer, cudaStream_t compute);
   // Where the step copies model layer `layer`'s picks (n·top_k int32, pinned host memory).
   int32_t* route_buffer(int64_t layer);
   void* workspace() const { return ws_.get(); }
@@ -59,12 +76,20 @@ class GpuExpertTier {
 
   ExpertTierStats stats() const;
 
+  // Benchmarks replaying a routing trace (options.forced_routes): the next steps use these picks
+  // instead of the router's — host [n_moe][rows·top_k], ascending within a row; the router's
+  // weights stay. forced_routes(layer) is the device copy a step reads (null when not forced).
+  void set_forced_routes(const int32_t* host, int64_t rows);
+  const int32_t* forced_routes(int64_t layer) const;
+
  private:
   struct Pending {
     int moe = 0, expert = 0, slot = 0;
     cudaEvent_t done = nullptr;
   };
   void write_entry(int moe, int expert, const Exl3ExpertPtrs& e, cudaStream_t s);
+  void stage(int moe);  // enqueues MoE layer moe's staging copies into buffer moe % 2
+  void copy_in(int moe, int expert, int slot);  // a block into a slot; its entry switches once done
   Exl3ExpertPtrs segment_entry(int moe, int expert) const;
   Exl3ExpertPtrs slot_entry(int moe, int expert, int slot) const;
 
@@ -81,11 +106,21 @@ class GpuExpertTier {
   uint64_t slot_bytes_ = 0;
   tiers::ExpertCache cache_;
   int32_t* routes_h_ = nullptr;  // pinned [n_moe][max_tokens·top_k]
+  DeviceArray<int32_t> forced_;  // [n_moe][max_tokens·top_k] when routes are forced
   cudaStream_t copy_ = nullptr;
   cudaEvent_t tables_written_ = nullptr;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
   uint64_t copied_ = 0;
+  // Prefill staging.
+  int staging_slots_ = 0;         // per buffer: staging_slots_ / 2
+  bool staged_ = false;           // this step stages
+  std::vector<uint8_t> in_vram_;  // [n_moe][E]: the table entry points at a cache slot
+  Exl3ExpertPtrs* stage_h_ = nullptr;           // pinned [n_moe][E]: each layer's staged table
+  DeviceArray<Exl3ExpertPtrs> stage_table_;     // [2][E]
+  std::vector<Exl3MoeLayer> stage_layers_;      // [n_moe]: views on stage_table_
+  cudaEvent_t stage_ready_[2] = {nullptr, nullptr}, stage_free_[2] = {nullptr, nullptr};
+  uint64_t staged_steps_ = 0, staged_blocks_ = 0;
 };
 
 }  // namespace ft::cuda

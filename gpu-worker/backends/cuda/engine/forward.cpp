@@ -215,8 +215,12 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   } else if (tier_) {
     // From the segment (zero-copy) or VRAM cache slots, wherever the tier's table says; the
     // picks go to the host for the cache's upkeep between steps.
+    if (const int32_t* forced = tier_->forced_routes(l))
+      FT_CUDA_CHECK(cudaMemcpyAsync(experts, forced, N * TK * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
     moe_dispatch(routes, static_cast<int>(E), d, s);
-    exl3_moe_experts(tier_->layer(l), routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
+    exl3_moe_experts(tier_->layer_for_step(l, s), routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y,
+                     tier_->workspace(), s);
+    tier_->layer_done(l, s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
     FT_CUDA_CHECK(cudaMemcpyAsync(tier_->route_buffer(l), experts, N * TK * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   } else {

@@ -1,6 +1,8 @@
 #include "gpu-worker/backends/cuda/engine/synthetic_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 namespace ft::cuda {
@@ -97,6 +99,59 @@ ModelWeights synthetic_weights(const ModelConfig& c, uint64_t seed) {
     w.layers.push_back(std::move(L));
   }
   return w;
+}
+
+SyntheticExl3Model synthetic_exl3_weights(const ModelConfig& c, const SyntheticExl3Options& o) {
+  SyntheticExl3Model m;
+  m.weights = synthetic_weights(c, o.seed);
+  ModelWeights& w = m.weights;
+  // Which linears become EXL3 and at what K; the largest trellis decides the pool's size (every
+  // linear reads its bytes from the pool's start).
+  std::vector<std::pair<DenseLinear*, int>> todo = {{&w.lm_head, o.head_K}};
+  for (LayerWeights& L : w.layers) {
+    if (L.kda)
+      for (DenseLinear* l : {&L.kda->q, &L.kda->k, &L.kda->v, &L.kda->f_a, &L.kda->f_b, &L.kda->b, &L.kda->g_a,
+                             &L.kda->g_b, &L.kda->o})
+        todo.emplace_back(l, o.K);
+    if (L.mla) {
+      for (DenseLinear* l : {&L.mla->q_a, &L.mla->q_b, &L.mla->kv_a, &L.mla->o}) todo.emplace_back(l, o.K);
+      if (L.mla->indexer)
+        for (DenseLinear* l : {&L.mla->indexer->wq_b, &L.mla->indexer->wk, &L.mla->indexer->gate})
+          todo.emplace_back(l, o.K);
+    }
+    if (L.dense)
+      for (DenseLinear* l : {&L.dense->gate, &L.dense->up, &L.dense->down}) todo.emplace_back(l, o.K);
+    if (L.moe) {
+      for (DenseLinear* l : {&L.moe->shared.gate, &L.moe->shared.up, &L.moe->shared.down}) todo.emplace_back(l, o.K);
+      L.moe->experts.clear();
+    }
+  }
+  int64_t pool = 0;
+  for (const auto& [l, K] : todo) pool = std::max(pool, exl3::pad128(l->in) * exl3::pad128(l->out) * K / 8);
+  m.trellis_pool = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(pool));
+  std::mt19937_64 g(o.seed ^ 0x9e3779b97f4a7c15ull);
+  for (size_t i = 0; i + 8 <= m.trellis_pool->size(); i += 8) {
+    const uint64_t r = g();
+    std::memcpy(m.trellis_pool->data() + i, &r, 8);
+  }
+  for (const auto& [l, K] : todo) {
+    auto q = std::make_shared<exl3::Exl3Linear>();
+    q->name = "synthetic";
+    q->where = "synthetic EXL3 linear";
+    q->K = K;
+    q->codebook = o.codebook;
+    q->in_p = exl3::pad128(l->in);
+    q->out_p = exl3::pad128(l->out);
+    q->trellis = m.trellis_pool->data();
+    q->suh.resize(static_cast<size_t>(q->in_p));
+    for (float& s : q->suh) s = (g() & 1) ? 1.0f : -1.0f;
+    // Output scale in^-1/2 keeps activations near unit size; zero on the padding (as on disk).
+    q->svh.assign(static_cast<size_t>(q->out_p), 0.0f);
+    std::fill(q->svh.begin(), q->svh.begin() + l->out, 1.0f / std::sqrt(static_cast<float>(l->in)));
+    m.trellis_bytes += static_cast<uint64_t>(q->trellis_bytes());
+    l->exl3 = std::move(q);
+  }
+  return m;
 }
 
 }  // namespace ft::cuda

@@ -1,0 +1,488 @@
+// flashtier-bench-tiers: the expert tiers at the real model's widths and depth (45 layers, 42 MoE
+// layers × 288 experts = 12,096 expert identities, K=3 MUL1, vocab 154,880) under a VRAM budget
+// (default 24 GB), against bounds the same run measures.
+//
+//   1. Bandwidths: HBM read, zero-copy read of the expert segment, H2D copy from it, CPU read of
+//      it (T threads), CPU + zero-copy reading at once, and the exact CPU expert kernel's rate.
+//   2. A synthetic EXL3 expert segment in /dev/shm (gpu-worker/tiers/synthetic_segment.h): the
+//      identities map onto as many distinct blocks as the pool holds (--pool-gb, default 60% of
+//      what /dev/shm and the free RAM allow), the pool many times the CPU's caches.
+//   3. The CUDA engine on a synthetic EXL3 model of those widths (non-expert linears in VRAM,
+//      routed experts from the segment: VRAM cache + zero-copy, `--tier-mode exact`), routing
+//      forced from a trace: the documented synthetic generator (per-layer Zipf popularity shared by
+//      all sequences, per-sequence temporal locality) or a recorded trace file (--trace).
+//   4. Rows: decode C1…C8 at context 1k, decode C1 at the long context (32k), prefill 8k and 32k;
+//      each with the hit rate it achieved, the bytes it read from HBM and over PCIe, the roofline
+//      from the measured bandwidths and the ratio to it.
+//
+// Decode roofline (exact mode): a step's HBM bytes / HBM bandwidth + its miss bytes / zero-copy
+// bandwidth (a layer's misses cannot start before its attention, nor the next layer before them).
+// The fast-mode column projects the same step with the misses split between the CPU tier and
+// zero-copy at their measured combined rate (a projection: the split is not in this build).
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/engine/cuda_engine.h"
+#include "gpu-worker/backends/cuda/engine/expert_tier.h"
+#include "gpu-worker/backends/cuda/engine/sequence_pool.h"
+#include "gpu-worker/backends/cuda/engine/synthetic_model.h"
+#include "gpu-worker/tiers/routing_trace.h"
+#include "gpu-worker/tiers/synthetic_segment.h"
+#include "shared/exl3/expert_forward.h"
+#include "shared/exl3/thread_pool.h"
+#include "shared/ipc/expert_segment.h"
+#include "tools/bench-cuda/hbm_probe.h"
+
+using namespace ft;
+using namespace ft::cuda;
+
+namespace {
+
+using clk = std::chrono::steady_clock;
+double secs(clk::time_point a) { return std::chrono::duration<double>(clk::now() - a).count(); }
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) v.push_back(std::stoll(x));
+  return v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+uint64_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string k;
+  uint64_t v = 0;
+  std::string unit;
+  while (f >> k >> v >> unit)
+    if (k == "MemAvailable:") return v * 1024;
+  return 0;
+}
+
+uint64_t shm_free_bytes() {
+  struct statvfs s{};
+  if (statvfs("/dev/shm", &s) != 0) return 0;
+  return static_cast<uint64_t>(s.f_bavail) * s.f_frsize;
+}
+
+// GB/s of T threads summing `bytes` of host memory (each its own contiguous part).
+double cpu_read_gbs(const uint8_t* p, uint64_t bytes, int T, double seconds, std::atomic<bool>* stop = nullptr) {
+  std::atomic<uint64_t> total{0};
+  std::vector<std::thread> th;
+  const auto t0 = clk::now();
+  const uint64_t part = bytes / static_cast<uint64_t>(T) / 64 * 64;
+  for (int t = 0; t < T; ++t)
+    th.emplace_back([&, t] {
+      const auto* q = reinterpret_cast<const uint64_t*>(p + part * static_cast<uint64_t>(t));
+      const uint64_t n = part / 8;
+      uint64_t acc = 0, done = 0;
+      while (secs(t0) < seconds && !(stop && stop->load())) {
+        for (uint64_t i = 0; i < n; i += 8) acc += q[i] ^ q[i + 1] ^ q[i + 2] ^ q[i + 3] ^ q[i + 4] ^ q[i + 5] ^ q[i + 6] ^ q[i + 7];
+        done += part;
+      }
+      total += done + (acc == 42);
+    });
+  for (auto& x : th) x.join();
+  return static_cast<double>(total.load()) / secs(t0) / 1e9;
+}
+
+struct Bandwidths {
+  double hbm = 0, zero_copy = 0, h2d = 0, cpu = 0, both_cpu = 0, both_gpu = 0, cpu_expert_gbs = 0, cpu_expert_us = 0;
+};
+
+// Routes of the next step: one synthetic stream per sequence (shared popularity), or a replayed
+// trace where sequence b starts at b/B of the file.
+class RouteSource {
+ public:
+  RouteSource(const tiers::TraceShape& shape, const tiers::SyntheticTraceOptions& o, const std::string& file, int streams)
+      : shape_(shape) {
+    if (!file.empty()) {
+      tiers::TraceShape fs;
+      recorded_ = tiers::read_trace(file, &fs);
+      if (fs.layers != shape.layers || fs.experts != shape.experts || fs.top_k != shape.top_k)
+        throw Error(file + ": trace shape " + std::to_string(fs.layers) + "×" + std::to_string(fs.experts) + " top-" +
+                    std::to_string(fs.top_k) + " does not match the model");
+      if (recorded_.empty()) throw Error(file + ": no tokens in the trace");
+      for (int s = 0; s < streams; ++s) pos_.push_back(recorded_.size() * static_cast<size_t>(s) / streams);
+    } else {
+      for (int s = 0; s < streams; ++s) {
+        tiers::SyntheticTraceOptions so = o;
+        so.popularity_seed = o.seed;
+        so.seed = o.seed * 1000 + static_cast<uint64_t>(s) + 1;
+        gen_.emplace_back(shape, so);
+      }
+    }
+  }
+  // Writes `rows` consecutive tokens of stream `s` as rows row0… of host [layers][stride rows][top_k].
+  void fill(int s, int64_t row0, int64_t rows, int64_t stride, std::vector<int32_t>& out) {
+    const int TK = shape_.top_k;
+    for (int64_t r = 0; r < rows; ++r) {
+      tiers::TokenRoute t;
+      if (!recorded_.empty()) {
+        t = recorded_[pos_[s]];
+        pos_[s] = (pos_[s] + 1) % recorded_.size();
+      } else {
+        t = gen_[s].next();
+      }
+      for (int l = 0; l < shape_.layers; ++l)
+        for (int k = 0; k < TK; ++k) out[(l * stride + row0 + r) * TK + k] = t[l][k];
+    }
+  }
+
+ private:
+  tiers::TraceShape shape_;
+  std::vector<tiers::SyntheticTrace> gen_;
+  std::vector<tiers::TokenRoute> recorded_;
+  std::vector<size_t> pos_;
+};
+
+struct Row {
+  std::string what;
+  double ms = 0, tok_s = 0, hit = 0, hbm_gb = 0, pcie_gb = 0, bound_ms = 0, fast_bound_ms = 0;
+};
+
+struct Setup {
+  ModelConfig cfg;
+  SyntheticExl3Model* model = nullptr;
+  std::string segment;
+  uint64_t budget = 0, expert_cache = 0;
+  int admit = 16;
+  tiers::SyntheticTraceOptions trace;
+  std::string trace_file;
+  uint64_t block_bytes = 0;
+  Bandwidths bw;
+  int steps = 32, warm = 128;
+};
+
+void print_rows(const std::vector<Row>& rows) {
+  std::printf("\n| run | ms | tok/s | hit rate | HBM GB | PCIe GB | exact bound ms | of bound | fast bound ms (projection) |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %.2f | %.1f | %.1f%% | %.2f | %.2f | %.2f | %.1f%% | %.2f |\n", r.what.c_str(), r.ms, r.tok_s,
+                100 * r.hit, r.hbm_gb, r.pcie_gb, r.bound_ms, 100 * r.bound_ms / std::max(r.ms, 1e-9), r.fast_bound_ms);
+  std::fflush(stdout);
+}
+
+// One engine (max_seqs sequences of up to `context` tokens): decode rows for `batches` at
+// `ctx`, then prefill rows for `prefills`.
+void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, const std::vector<int64_t>& batches,
+                const std::vector<int64_t>& prefills, std::vector<Row>& rows) {
+  const ModelConfig& c = S.cfg;
+  CudaEngineOptions o;
+  o.vram_budget_bytes = S.budget;
+  o.max_sequences = max_seqs;
+  o.max_tokens_per_step = 8192;
+  o.context_size = context;
+  o.expert_segment = S.segment;
+  o.tier_mode = "exact";
+  o.expert_cache_bytes = S.expert_cache;
+  o.admit_per_step = S.admit;
+  o.forced_routes = true;
+  const auto t0 = clk::now();
+  CudaEngine eng(S.model->weights, nullptr, o);
+  GpuExpertTier* tier = eng.expert_tier();
+  if (!tier) throw Error("the engine did not attach the expert segment " + S.segment);
+  const ExpertTierStats st0 = tier->stats();
+  std::printf("\nengine (%d sequences × %lld tokens) built in %.1f s; VRAM: %s; expert cache %d slots (%.1f GB, %.1f%% of "
+              "the %d identities)\n",
+              max_seqs, static_cast<long long>(context), secs(t0), eng.budget().report().c_str(), st0.slots,
+              st0.slots * static_cast<double>(st0.slot_bytes) / 1e9, 100.0 * st0.slots / (42.0 * 288.0),
+              static_cast<int>(c.n_routed_experts * 42));
+  const int n_moe = [&] {
+    int n = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) n += c.is_moe(l);
+    return n;
+  }();
+  const tiers::TraceShape shape{n_moe, static_cast<int>(c.n_routed_experts), static_cast<int>(c.num_experts_per_tok)};
+  const int TK = shape.top_k;
+  RouteSource src(shape, S.trace, S.trace_file, max_seqs);
+  const int64_t max_rows = o.max_tokens_per_step;
+  std::vector<int32_t> routes(static_cast<size_t>(n_moe) * max_rows * TK);
+  std::mt19937_64 g(5);
+  auto tokens = [&](int64_t n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (int32_t& t : v) t = static_cast<int32_t>(g() % static_cast<uint64_t>(c.vocab_size));
+    return v;
+  };
+  // HBM bytes a decode row reads besides the experts: every VRAM weight but the embedding, its
+  // KDA state (read + written) and its attention's selected latents.
+  const double weight_bytes = static_cast<double>(eng.budget().used(VramCategory::Weights));
+  const double embed = static_cast<double>(c.vocab_size * c.hidden_size * 2);
+  const double state = static_cast<double>(SequencePool::slot_bytes(c));
+  int64_t n_sparse = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n_sparse += c.is_sparse(l);
+  const double blk = static_cast<double>(S.block_bytes);
+  const double host_rate = std::max(S.bw.both_cpu + S.bw.both_gpu, S.bw.zero_copy);
+
+  auto prefill_seq = [&](uint64_t s, int stream, int64_t n, double* ms_out) {
+    std::vector<int32_t> p = tokens(n);
+    std::vector<StepResult> r;
+    double ms = 0;
+    for (int64_t at = 0; at < n; at += max_rows) {
+      const int64_t m = std::min(max_rows, n - at);
+      src.fill(stream, 0, m, m, routes);
+      tier->set_forced_routes(routes.data(), m);
+      StepItem it;
+      it.seq = s;
+      it.tokens = std::span<const int32_t>(p).subspan(static_cast<size_t>(at), static_cast<size_t>(m));
+      it.sample = at + m == n;
+      const auto a = clk::now();
+      eng.step(std::span<const StepItem>(&it, 1), r);
+      ms += secs(a) * 1e3;
+    }
+    if (ms_out) *ms_out = ms;
+    return r.empty() ? 0 : r[0].token;
+  };
+  // Routes of a decode step: row b (sequence b) from stream b. The set happens before the timer.
+  auto forced_decode = [&](int64_t B) {
+    for (int64_t b = 0; b < B; ++b) src.fill(static_cast<int>(b), b, 1, B, routes);
+    tier->set_forced_routes(routes.data(), B);
+  };
+
+  for (int64_t B : batches) {
+    SequenceSpec spec;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = ctx + S.steps + S.warm + 8;
+    std::vector<uint64_t> seqs;
+    std::vector<int32_t> next;
+    for (int64_t b = 0; b < B; ++b) {
+      seqs.push_back(eng.open(spec));
+      next.push_back(prefill_seq(seqs.back(), static_cast<int>(b), ctx, nullptr));
+    }
+    std::vector<StepItem> items(static_cast<size_t>(B));
+    std::vector<StepResult> r;
+    std::vector<double> ms;
+    ExpertTierStats before{};
+    for (int st = 0; st < S.warm + S.steps; ++st) {
+      if (st == S.warm) before = tier->stats();
+      for (int64_t b = 0; b < B; ++b) {
+        items[b].seq = seqs[b];
+        items[b].tokens = std::span<const int32_t>(&next[b], 1);
+        items[b].prompt = false;
+        items[b].sample = true;
+      }
+      forced_decode(B);
+      const auto a = clk::now();
+      eng.step(items, r);
+      if (st >= S.warm) ms.push_back(secs(a) * 1e3);
+      for (int64_t b = 0; b < B; ++b) next[b] = r[b].token;
+    }
+    const ExpertTierStats after = tier->stats();
+    const double hits = static_cast<double>(after.cache.hits - before.cache.hits);
+    const double misses = static_cast<double>(after.cache.misses - before.cache.misses);
+    Row row;
+    row.what = "decode C" + std::to_string(B) + " @" + std::to_string(ctx / 1024) + "k";
+    row.ms = median(ms);
+    row.tok_s = B * 1e3 / row.ms;
+    row.hit = hits / std::max(hits + misses, 1.0);
+    const double sel = std::min(static_cast<double>(ctx), static_cast<double>(c.index_topk + c.index_kpool));
+    row.hbm_gb = (weight_bytes - embed + B * (2 * state + n_sparse * sel * c.kv_lora_rank * 2) +
+                  hits / S.steps * blk) / 1e9;
+    row.pcie_gb = misses / S.steps * blk / 1e9;
+    const double hbm_ms = row.hbm_gb / S.bw.hbm * 1e3;
+    row.bound_ms = hbm_ms + row.pcie_gb / S.bw.zero_copy * 1e3;
+    row.fast_bound_ms = hbm_ms + row.pcie_gb / host_rate * 1e3;
+    rows.push_back(row);
+    print_rows({row});
+    for (uint64_t s : seqs) eng.close(s);
+  }
+  for (int64_t P : prefills) {
+    SequenceSpec spec;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = P + 8;
+    const ExpertTierStats before = tier->stats();
+    const uint64_t s = eng.open(spec);
+    double ms = 0;
+    prefill_seq(s, 0, P, &ms);
+    eng.close(s);
+    const ExpertTierStats after = tier->stats();
+    const double hits = static_cast<double>(after.cache.hits - before.cache.hits);
+    const double misses = static_cast<double>(after.cache.misses - before.cache.misses);
+    Row row;
+    row.what = "prefill " + std::to_string(P / 1024) + "k";
+    row.ms = ms;
+    row.tok_s = P * 1e3 / ms;
+    row.hit = hits / std::max(hits + misses, 1.0);
+    row.hbm_gb = (weight_bytes * static_cast<double>((P + max_rows - 1) / max_rows) + hits * blk) / 1e9;
+    row.pcie_gb = misses * blk / 1e9;
+    // Prefill's bound here is the PCIe side only (each chunk's missing experts read once); the
+    // compute side is not modelled, so "of bound" overstates how far from the machine it is.
+    row.bound_ms = row.pcie_gb / S.bw.zero_copy * 1e3;
+    row.fast_bound_ms = row.pcie_gb / std::max(S.bw.h2d, host_rate) * 1e3;
+    rows.push_back(row);
+    print_rows({row});
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double budget_gb = 24, pool_gb = 0, cache_gb = 0;
+  int64_t layers = 45, experts = 288, context = 1024, long_context = 32768;
+  int K = 3, cpu_threads = std::max(1u, std::thread::hardware_concurrency() - 2);
+  std::vector<int64_t> batches = {1, 2, 4, 8}, prefills = {8192, 32768};
+  Setup S;
+  S.trace.zipf_s = 0.8;
+  S.trace.locality = 0.3;
+  std::string segment = "flashtier-bench-tiers";
+  bool keep = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--vram-budget-gb") budget_gb = std::stod(next());
+    else if (a == "--pool-gb") pool_gb = std::stod(next());
+    else if (a == "--expert-cache-gb") cache_gb = std::stod(next());
+    else if (a == "--layers") layers = std::stoll(next());
+    else if (a == "--experts") experts = std::stoll(next());
+    else if (a == "--k") K = std::stoi(next());
+    else if (a == "--context") context = std::stoll(next());
+    else if (a == "--long-context") long_context = std::stoll(next());
+    else if (a == "--batches") batches = parse_list(next());
+    else if (a == "--prefill") prefills = parse_list(next());
+    else if (a == "--steps") S.steps = std::stoi(next());
+    else if (a == "--warm-steps") S.warm = std::stoi(next());
+    else if (a == "--admit-per-step") S.admit = std::stoi(next());
+    else if (a == "--zipf") S.trace.zipf_s = std::stod(next());
+    else if (a == "--locality") S.trace.locality = std::stod(next());
+    else if (a == "--trace") S.trace_file = next();
+    else if (a == "--cpu-threads") cpu_threads = std::stoi(next());
+    else if (a == "--segment") segment = next();
+    else if (a == "--keep-segment") keep = true;
+    else {
+      std::fprintf(stderr,
+                   "usage: flashtier-bench-tiers [--vram-budget-gb 24] [--pool-gb G] [--expert-cache-gb G] [--layers 45]\n"
+                   "         [--experts 288] [--k 3] [--context 1024] [--long-context 32768 (0: skip)] [--batches 1,2,4,8]\n"
+                   "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 16] [--zipf 0.8]\n"
+                   "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--segment NAME] [--keep-segment]\n");
+      return 2;
+    }
+  }
+  try {
+    S.cfg = synthetic_config("\"n_routed_experts\": " + std::to_string(experts) +
+                             ", \"num_hidden_layers\": " + std::to_string(layers));
+    const ModelConfig& c = S.cfg;
+    S.budget = static_cast<uint64_t>(budget_gb * 1e9);
+    S.expert_cache = static_cast<uint64_t>(cache_gb * 1e9);
+    S.segment = segment;
+    cudaDeviceProp prop{};
+    FT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("GPU: %s; host: %u threads, %.1f GB available, /dev/shm %.1f GB free\n", prop.name,
+                std::thread::hardware_concurrency(), mem_available_bytes() / 1e9, shm_free_bytes() / 1e9);
+
+    // ---- segment
+    tiers::SyntheticSegmentOptions so;
+    so.name = segment;
+    so.K = K;
+    so.threads = static_cast<int>(std::thread::hardware_concurrency());
+    const uint64_t room = std::min(shm_free_bytes(), mem_available_bytes());
+    so.pool_bytes = pool_gb > 0 ? static_cast<uint64_t>(pool_gb * 1e9) : room / 10 * 6;
+    const tiers::SyntheticSegmentInfo si = tiers::build_synthetic_segment(c, so);
+    S.block_bytes = si.block_bytes;
+    std::printf("segment %s: %llu identities onto %llu distinct blocks of %.2f MB (pool %.1f GB) built in %.1f s\n",
+                segment.c_str(), static_cast<unsigned long long>(si.identities),
+                static_cast<unsigned long long>(si.distinct_blocks), si.block_bytes / 1e6,
+                si.distinct_blocks * static_cast<double>(si.block_bytes) / 1e9, si.build_seconds);
+
+    // ---- bandwidths, over the segment's own pages
+    {
+      auto seg = ipc::ExpertSegment::attach(segment, "", nullptr);
+      if (!seg) throw Error("cannot attach the segment just built");
+      const uint8_t* data = seg->data() + seg->header().data_offset;
+      const uint64_t pool = si.distinct_blocks * si.block_bytes;
+      S.bw.hbm = bench::hbm_read_gbs();
+      const uint64_t probe = std::min<uint64_t>(pool / 2 / 4096 * 4096, uint64_t{16} << 30);
+      void* dev = nullptr;
+      FT_CUDA_CHECK(cudaHostRegister(const_cast<uint8_t*>(data), probe, cudaHostRegisterMapped | cudaHostRegisterReadOnly));
+      FT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, const_cast<uint8_t*>(data), 0));
+      S.bw.zero_copy = bench::read_gbs(dev, probe, 3);
+      S.bw.h2d = bench::h2d_copy_gbs(data, std::min<uint64_t>(probe, uint64_t{4} << 30), 3);
+      S.bw.cpu = cpu_read_gbs(data + probe, std::min(pool - probe, probe), cpu_threads, 1.5);
+      // Both at once: CPU threads on the second half, the GPU on the first.
+      std::atomic<bool> stop{false};
+      double both_cpu = 0;
+      std::thread cpu([&] { both_cpu = cpu_read_gbs(data + probe, std::min(pool - probe, probe), cpu_threads, 3.0, &stop); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      S.bw.both_gpu = bench::read_gbs(dev, probe, 3);
+      stop = true;
+      cpu.join();
+      S.bw.both_cpu = both_cpu;
+      FT_CUDA_CHECK(cudaHostUnregister(const_cast<uint8_t*>(data)));
+      // The exact CPU kernel at batch 1 on distinct blocks (what the CPU tier does per miss).
+      exl3::ThreadPool tp(cpu_threads, false);
+      std::vector<float> x(static_cast<size_t>(c.hidden_size), 0.01f), y(x.size());
+      const int n_exp = static_cast<int>(std::min<uint64_t>(si.distinct_blocks, 256));
+      const auto t0 = clk::now();
+      for (int e = 0; e < n_exp; ++e)
+        exl3::expert_forward(data + static_cast<uint64_t>(e) * si.block_bytes, x.data(), 1, y.data(), tp,
+                             static_cast<float>(c.swiglu_limit));
+      const double t = secs(t0);
+      S.bw.cpu_expert_us = t / n_exp * 1e6;
+      S.bw.cpu_expert_gbs = n_exp * static_cast<double>(si.block_bytes) / t / 1e9;
+      std::printf("\n### Bandwidths measured in this run\n\n| what | GB/s |\n|---|---|\n");
+      std::printf("| HBM read | %.0f |\n| zero-copy read of the segment (GPU kernel, mapped host memory) | %.1f |\n"
+                  "| H2D copy from the segment | %.1f |\n| CPU read, %d threads | %.1f |\n"
+                  "| CPU (%d threads) + zero-copy at once | %.1f + %.1f = %.1f |\n"
+                  "| exact CPU expert kernel, batch 1, %d threads | %.1f (%.0f µs per expert) |\n",
+                  S.bw.hbm, S.bw.zero_copy, S.bw.h2d, cpu_threads, S.bw.cpu, cpu_threads, S.bw.both_cpu, S.bw.both_gpu,
+                  S.bw.both_cpu + S.bw.both_gpu, cpu_threads, S.bw.cpu_expert_gbs, S.bw.cpu_expert_us);
+      std::fflush(stdout);
+    }
+
+    // ---- model
+    const auto t0 = clk::now();
+    SyntheticExl3Options mo;
+    mo.K = K;
+    SyntheticExl3Model model = synthetic_exl3_weights(c, mo);
+    S.model = &model;
+    std::printf("synthetic EXL3 model: %lld layers, %lld experts top-%lld, vocab %lld, K=%d (lm_head %d); non-expert "
+                "trellises %.2f GB; made in %.1f s\n",
+                static_cast<long long>(layers), static_cast<long long>(experts),
+                static_cast<long long>(c.num_experts_per_tok), static_cast<long long>(c.vocab_size), K, mo.head_K,
+                model.trellis_bytes / 1e9, secs(t0));
+    std::printf("routing: %s\n", S.trace_file.empty()
+                                     ? ("synthetic, Zipf s=" + std::to_string(S.trace.zipf_s) + ", locality " +
+                                        std::to_string(S.trace.locality)).c_str()
+                                     : ("replay of " + S.trace_file).c_str());
+
+    std::vector<Row> rows;
+    const int max_b = static_cast<int>(*std::max_element(batches.begin(), batches.end()));
+    std::vector<int64_t> short_prefills, long_prefills;
+    for (int64_t p : prefills) (p <= 8192 ? short_prefills : long_prefills).push_back(p);
+    run_engine(S, max_b, std::max<int64_t>(context + S.steps + S.warm + 64,
+                                           short_prefills.empty() ? 0 : *std::max_element(short_prefills.begin(),
+                                                                                          short_prefills.end()) + 64),
+               context, batches, short_prefills, rows);
+    if (long_context > 0 || !long_prefills.empty()) {
+      int64_t ctx = std::max<int64_t>(long_context, long_prefills.empty() ? 0 : *std::max_element(long_prefills.begin(),
+                                                                                                   long_prefills.end()));
+      run_engine(S, 1, ctx + S.steps + S.warm + 64, long_context,
+                 long_context > 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{}, long_prefills, rows);
+    }
+    std::printf("\n### Summary (--vram-budget-gb %.0f, exact mode: VRAM cache + zero-copy)\n", budget_gb);
+    print_rows(rows);
+    if (!keep) ipc::ShmMapping::remove(segment);
+  } catch (const std::exception& e) {
+    if (!keep) ipc::ShmMapping::remove(segment);
+    std::fprintf(stderr, "flashtier-bench-tiers: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
