@@ -24,7 +24,7 @@ pack() {
   # PACK="a b c" packs only those targets (the working tree and the bundle travel within 64 MiB).
   local targets=(test_cuda)
   local wanted=${PACK:-flashtier-check flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla
-                  flashtier-bench-engine flashtier-local flashtier-gpu-worker flashtier-gateway flashtier-cpu-expert-worker}
+                  flashtier-bench-engine flashtier-bench-tiers flashtier-local flashtier-gpu-worker flashtier-gateway flashtier-cpu-expert-worker}
   local known
   known=$(ninja -C "$build" -t targets all 2>/dev/null)
   for t in $wanted; do
@@ -107,11 +107,14 @@ run() {
     table+=("| whole stack tiny-chat | rc=$rc | $(grep -c '^ok' "$out/stack.txt") ok, $(grep -c '^FAIL' "$out/stack.txt") failed |")
   fi
   if has bench; then
-    for b in flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla flashtier-bench-engine; do
+    # BENCHES="a b": only those; <NAME>_ARGS (e.g. TIERS_ARGS for flashtier-bench-tiers): its flags.
+    for b in ${BENCHES:-flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla flashtier-bench-engine flashtier-bench-tiers}; do
       [ -x "$bin/$b" ] || continue
-      echo "== $b"
-      echo "## $b" >>"$out/bench.txt"
-      timeout "${BENCH_TIMEOUT:-240}" "$bin/$b" ${BENCH_ARGS:-} >"$out/bench1.txt" 2>&1
+      local key=${b#flashtier-bench-}
+      local args_var="${key^^}_ARGS"
+      echo "== $b ${!args_var:-}"
+      echo "## $b ${!args_var:-}" >>"$out/bench.txt"
+      timeout "${BENCH_TIMEOUT:-240}" "$bin/$b" ${!args_var:-} >"$out/bench1.txt" 2>&1
       local rc=$?
       cat "$out/bench1.txt" >>"$out/bench.txt"
       table+=("| $b | rc=$rc | see bench.txt |")
