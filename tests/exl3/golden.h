@@ -6,10 +6,12 @@
 
 #include "shared/exl3/exl3_linear.h"
 #include "shared/model/safetensors.h"
+#include "tests/support/test_paths.h"
 
 namespace ft::exl3::test {
 
-inline std::string fixture(const std::string& rel) { return std::string(FLASHTIER_SOURCE_DIR) + "/tests/fixtures/" + rel; }
+// $FLASHTIER_SOURCE_DIR first, like every other test (binaries carried to the GPU machine).
+inline std::string fixture(const std::string& rel) { return ft::test::fixture(rel); }
 
 struct GoldenCase {
   int K;

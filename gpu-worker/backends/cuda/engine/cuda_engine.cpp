@@ -125,6 +125,11 @@ CudaEngine::~CudaEngine() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+void CudaEngine::set_layer_probe(std::function<void(int64_t, const StepBuffers&, int64_t, cudaStream_t)> p) {
+  probing_ = static_cast<bool>(p);  // probed steps run eagerly
+  fwd_->set_layer_probe(std::move(p));
+}
+
 void CudaEngine::set_profile(OpProfile* p) {
   fwd_->set_profile(p);
   profiling_ = p != nullptr;
@@ -239,7 +244,7 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
 
   // Prefill staging of the zero-copy experts (large chunks only; never inside a graph).
   if (tier_) tier_->begin_step(plan.rows, stream_);
-  const bool graph = opts_.graphs && !profiling_ && fwd_->graph_safe() && decode_rows == plan.rows &&
+  const bool graph = opts_.graphs && !profiling_ && !probing_ && fwd_->graph_safe() && decode_rows == plan.rows &&
                      plan.rows <= opts_.max_graph_batch && plan.logit_rows == plan.rows &&
                      std::all_of(items.begin(), items.end(),
                                  [](const StepItem& it) { return it.sample && it.logits == LogitsWanted::None; });

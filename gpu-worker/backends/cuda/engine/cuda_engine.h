@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <memory>
@@ -74,6 +75,8 @@ class CudaEngine final : public Engine {
   // Decode steps since start that ran from a graph / eagerly.
   uint64_t graph_steps() const { return graph_steps_; }
   uint64_t eager_steps() const { return eager_steps_; }
+  // Tests: a callback after every layer of the following (eager) steps; see ForwardPass.
+  void set_layer_probe(std::function<void(int64_t, const StepBuffers&, int64_t, cudaStream_t)> p);
   // The zero-copy expert tier (null when the experts are in VRAM or on the CPU tier).
   GpuExpertTier* expert_tier() { return tier_.get(); }
 
@@ -97,7 +100,7 @@ class CudaEngine final : public Engine {
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
   uint64_t next_ = 1;
   uint64_t graph_steps_ = 0, eager_steps_ = 0;
-  bool profiling_ = false;
+  bool profiling_ = false, probing_ = false;
   // Pinned host staging of the step's row descriptors.
   int32_t* host_rows_ = nullptr;
   int64_t host_rows_len_ = 0;

@@ -47,6 +47,7 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
       moe(l, p, s);
     op_mark(prof_, "mhc", s);
     mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
+    if (probe_) probe_(l, b_, N, s);
   }
   if (p.logit_rows > 0) logits(N, std::min(p.logit_rows, b_.lim.max_logit_rows), s);
   if (prof_) prof_->finish(s);

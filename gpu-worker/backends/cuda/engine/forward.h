@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "gpu-worker/backends/cuda/engine/device_model.h"
@@ -54,6 +55,10 @@ class ForwardPass {
   bool graph_safe() const { return host_experts_ == nullptr || tier_ != nullptr; }
   // Events around each op group of eager steps (benchmarks); null: none.
   void set_profile(OpProfile* p) { prof_ = p; }
+  // Tests: called (on the host, while enqueuing) after each layer with the step's buffers: the
+  // residual streams X [rows][HC·D] and, after a sparse layer, its selection. Eager steps only.
+  using LayerProbe = std::function<void(int64_t layer, const StepBuffers& b, int64_t rows, cudaStream_t s)>;
+  void set_layer_probe(LayerProbe p) { probe_ = std::move(p); }
 
  private:
   void kda(int64_t l, const StepPlan& p, cudaStream_t s);
@@ -68,6 +73,7 @@ class ForwardPass {
   ExpertBackend* host_experts_;
   OpProfile* prof_ = nullptr;
   GpuExpertTier* tier_ = nullptr;
+  LayerProbe probe_;
   std::vector<float> host_a_, host_o_;  // host-tier exchange
 };
 

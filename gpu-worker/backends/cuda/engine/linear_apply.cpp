@@ -9,7 +9,10 @@ void apply_linear(const LinearGroup& g, const float* x, int64_t ld_x, int64_t ro
                   const F16Staging& st, cudaStream_t stream, LinearStore store) {
   if (rows == 0) return;
   const int64_t ld = g.max_in_pad();
-  if (rows > st.max_rows || ld > st.max_cols)
+  bool any_dense = false;
+  for (const GpuLinear& p : g.parts) any_dense |= p.exl3 == nullptr;
+  // Only dense parts read the fp16 staging (EXL3 linears transform their input themselves).
+  if (any_dense && (rows > st.max_rows || ld > st.max_cols))
     throw Error("fp16 staging too small for a " + std::to_string(rows) + "×" + std::to_string(g.in) + " input");
   bool converted = false;  // the fp16 copy serves every dense part
   for (size_t i = 0; i < g.parts.size(); ++i) {
