@@ -26,10 +26,16 @@ struct RefObserver : ForwardObserver {
   int64_t HCD = 0;
   std::map<int64_t, std::vector<float>> layers;               // layer → [pos][HC·D]
   std::map<int64_t, std::vector<std::set<int32_t>>> selected;  // layer → per pos, token positions
+  std::map<int64_t, std::vector<std::set<int32_t>>> routed;    // layer → per pos, experts
   void on_layer_out(int64_t layer, size_t, int64_t pos, const float* x) override {
     auto& v = layers[layer];
     if (static_cast<int64_t>(v.size()) < (pos + 1) * HCD) v.resize(static_cast<size_t>((pos + 1) * HCD));
     std::copy(x, x + HCD, v.begin() + pos * HCD);
+  }
+  void on_routing(int64_t layer, size_t, int64_t pos, const Routing& r) override {
+    auto& v = routed[layer];
+    if (static_cast<int64_t>(v.size()) <= pos) v.resize(static_cast<size_t>(pos + 1));
+    v[pos] = std::set<int32_t>(r.experts.begin(), r.experts.end());
   }
   void on_selection(int64_t layer, size_t, int64_t pos, const std::vector<int32_t>& sel) override {
     auto& v = selected[layer];
@@ -74,12 +80,18 @@ void compare(const std::string& name, int ci) {
   CudaEngine eng(gpu_w, nullptr, o);
   std::map<int64_t, std::vector<float>> got_layers;
   std::map<int64_t, std::pair<std::vector<int32_t>, std::vector<int32_t>>> got_sel;  // pools [P][Bp], count [P]
+  std::map<int64_t, std::vector<int32_t>> got_routes;                               // [P][top_k]
   const int64_t Bp = c.index_kpool > 0 ? c.index_topk / c.index_kpool : 0;
   eng.set_layer_probe([&](int64_t l, const StepBuffers& b, int64_t rows, cudaStream_t s) {
     FT_CUDA_CHECK(cudaStreamSynchronize(s));
     std::vector<float> x(static_cast<size_t>(rows * HCD));
     FT_CUDA_CHECK(cudaMemcpy(x.data(), b.X, x.size() * 4, cudaMemcpyDeviceToHost));
     got_layers[l] = std::move(x);
+    if (c.is_moe(l) && b.last_routes) {
+      std::vector<int32_t> rt(static_cast<size_t>(rows * c.num_experts_per_tok));
+      FT_CUDA_CHECK(cudaMemcpy(rt.data(), b.last_routes, rt.size() * 4, cudaMemcpyDeviceToHost));
+      got_routes[l] = std::move(rt);
+    }
     if (c.is_sparse(l) && Bp > 0) {
       std::vector<int32_t> pools(static_cast<size_t>(rows * Bp)), count(static_cast<size_t>(rows));
       FT_CUDA_CHECK(cudaMemcpy(pools.data(), b.sel_pools, pools.size() * 4, cudaMemcpyDeviceToHost));
@@ -139,6 +151,19 @@ void compare(const std::string& name, int ci) {
       }
       sel_note = "; selection differs at " + std::to_string(differ) + " of " + std::to_string(P) + " queries" +
                  (first_differ >= 0 ? " (first at position " + std::to_string(first_differ) + ")" : "");
+    }
+    if (got_routes.count(l) && obs.routed.count(l)) {
+      int64_t differ = 0, first_differ = -1;
+      const int64_t TK = c.num_experts_per_tok;
+      for (int64_t t = 0; t < P && t < static_cast<int64_t>(obs.routed[l].size()); ++t) {
+        const std::set<int32_t> g(got_routes[l].begin() + t * TK, got_routes[l].begin() + (t + 1) * TK);
+        if (g != obs.routed[l][t]) {
+          ++differ;
+          if (first_differ < 0) first_differ = t;
+        }
+      }
+      sel_note += "; experts differ at " + std::to_string(differ) + " tokens" +
+                  (first_differ >= 0 ? " (first at position " + std::to_string(first_differ) + ")" : "");
     }
     std::printf("%s case %d layer %lld (%s, %s): rel L2 %.3e, worst row %lld (%.3e)%s\n", name.c_str(), ci,
                 static_cast<long long>(l), c.is_sparse(l) ? "sparse" : "kda", c.is_moe(l) ? "moe" : "dense", e,

@@ -91,6 +91,7 @@ TEST_F(ExpertTierTest, ZeroCopyAndCachedExpertsGiveTheVramResidentBits) {
   zc.expert_segment = seg_name_;
   zc.tier_mode = "exact";
   zc.expert_cache_bytes = 0;  // every expert read over PCIe
+  zc.auto_expert_cache = false;
   CudaEngine zero_copy(without, nullptr, zc);
   const auto got_zc = trace(zero_copy, 12);
 

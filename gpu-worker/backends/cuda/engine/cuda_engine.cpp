@@ -75,8 +75,9 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
         ExpertTierOptions to;
         const uint64_t kv_full =
             block_bytes * static_cast<uint64_t>(o.max_sequences) * static_cast<uint64_t>(ceil_div(o.context_size, bt));
-        const uint64_t avail = budget_->available(), fixed = slot_bytes + kv_full + o.reserve_bytes;
-        to.cache_bytes = o.expert_cache_bytes ? o.expert_cache_bytes : (avail > fixed ? (avail - fixed) * 9 / 10 : 0);
+        to.cache_bytes = o.expert_cache_bytes;
+        to.auto_cache = o.expert_cache_bytes == 0 && o.auto_expert_cache;
+        to.keep_free = slot_bytes + kv_full + o.reserve_bytes + (64ull << 20);
         to.admit_per_step = o.admit_per_step;
         to.max_tokens = lim.max_tokens;
         to.forced_routes = o.forced_routes;

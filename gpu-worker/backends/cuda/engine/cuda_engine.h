@@ -44,6 +44,7 @@ struct CudaEngineOptions {
   std::string expert_segment;
   std::string tier_mode = "fast";   // fast | exact | cpu ("fast" splits with the CPU tier: not yet, runs as exact)
   uint64_t expert_cache_bytes = 0;  // 0: what the budget leaves after weights, activations and the KV cache
+  bool auto_expert_cache = true;    // false: expert_cache_bytes 0 means no cache (every expert zero-copy)
   int admit_per_step = 16;
   bool forced_routes = false;       // benchmarks: expert_tier()->set_forced_routes replaces the router's picks
   // Prefill staging (expert_tier.h): chunks of at least this many rows copy their layers'

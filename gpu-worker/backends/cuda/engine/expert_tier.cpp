@@ -55,11 +55,6 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
     layers_[m].table = table_.get() + m * E_;
   }
   FT_CUDA_CHECK(cudaMemcpy(table_.get(), table_h_, table_.bytes(), cudaMemcpyHostToDevice));
-  const int slots = slot_bytes_ ? static_cast<int>(o.cache_bytes / slot_bytes_) : 0;
-  cache_ = tiers::ExpertCache(n_moe_, E_, slots);
-  if (slots > 0)
-    slots_mem_ = DeviceArray<uint8_t>(budget, static_cast<size_t>(slots) * slot_bytes_, VramCategory::ExpertCache,
-                                      "expert cache slots");
   size_t ws = 0;
   for (const Exl3MoeLayer& L : layers_) ws = std::max(ws, exl3_moe_workspace_bytes(L, o.max_tokens, TK_));
   ws_ = DeviceArray<uint8_t>(budget, ws, VramCategory::Workspace, "zero-copy expert workspace");
@@ -68,6 +63,18 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   if (o.forced_routes)
     forced_ = DeviceArray<int32_t>(budget, static_cast<size_t>(n_moe_) * o.max_tokens * TK_, VramCategory::Workspace,
                                    "forced routes");
+  // The cache takes what is left once the tier's own buffers are in (cache_bytes, or, when 0,
+  // 90% of what the budget holds beyond keep_free — the engine's sequence states, full-context
+  // KV cache and reserve), so the allocations after it always find their room.
+  const uint64_t avail = budget.available();
+  uint64_t cache_bytes = o.cache_bytes;
+  if (cache_bytes == 0 && o.auto_cache) cache_bytes = avail > o.keep_free ? (avail - o.keep_free) / 10 * 9 : 0;
+  if (avail < o.keep_free + cache_bytes) cache_bytes = avail > o.keep_free ? avail - o.keep_free : 0;
+  const int slots = slot_bytes_ ? static_cast<int>(cache_bytes / slot_bytes_) : 0;
+  cache_ = tiers::ExpertCache(n_moe_, E_, slots);
+  if (slots > 0)
+    slots_mem_ = DeviceArray<uint8_t>(budget, static_cast<size_t>(slots) * slot_bytes_, VramCategory::ExpertCache,
+                                      "expert cache slots");
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&tables_written_, cudaEventDisableTiming));
   in_vram_.assign(static_cast<size_t>(n_moe_) * E_, 0);

@@ -204,6 +204,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   rc.norm_topk_prob = c_.norm_topk_prob;
   rc.routed_scaling_factor = static_cast<float>(c_.routed_scaling_factor);
   route_tokens(logits, E, N, m.correction_bias, rc, experts, weights, nullptr, s);
+  b_.last_routes = experts;
   const MoeRoutes routes{experts, weights, N, static_cast<int>(TK)};
   op_mark(prof_, "moe routed experts", s);
   if (m.local_experts) {

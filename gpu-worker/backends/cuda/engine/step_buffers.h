@@ -36,6 +36,8 @@ struct StepBuffers {
   F16Staging staging;             // [T, W] halves + [T] scales
   int32_t* sel_pools = nullptr;   // [T, Bp]
   int32_t* sel_count = nullptr;   // [T]
+  // The last MoE layer's picks [rows][top_k] (scratch: valid until the next layer; layer probes).
+  const int32_t* last_routes = nullptr;
   float* h_final = nullptr;       // [R, D]
   float* logits = nullptr;        // [R, V]
   void* exl3_moe_ws = nullptr;    // the grouped EXL3 experts' workspace (zeroed once)
