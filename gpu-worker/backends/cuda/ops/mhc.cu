@@ -14,9 +14,9 @@ using misc::load_chunk;
 using misc::sigmoid_ref;
 using misc::store_chunk;
 
-// site_in: 8 worker warps stream the token's values; one more warp (one lane) runs the mixing
-// map and Sinkhorn — a serial chain of ~40 dependent divisions — while the workers collapse and
-// normalise, since the collapse needs only pre.
+// site_in: 8 worker warps stream the token's values; one more warp runs the mixing map and
+// Sinkhorn (a chain of ~40 dependent divisions per entry, HC·HC entries at once) while the
+// workers collapse and normalise, since the collapse needs only pre.
 constexpr int kWorkers = 256;
 constexpr int kWorkerWarps = kWorkers / 32;
 constexpr int kSiteInThreads = kWorkers + 32;
@@ -39,76 +39,60 @@ __device__ __forceinline__ void mhc_pre(const float* m_raw, float r, const float
     pre[i] = __fadd_rn(sigmoid_ref(__fadd_rn(__fmul_rn(s0, mix_logit(m_raw, i, r)), base[i])), hc_eps);
 }
 
-// mhc_mix after the projection, and sinkhorn(), op for op (shared/ops/mhc.cpp).
+// mhc_mix after the projection, and sinkhorn(), op for op (shared/ops/mhc.cpp), by one warp:
+// lane i·HC + j holds Z[i][j]. Every row or column sum gathers its HC terms with shuffles and
+// adds them in the reference's order (i or j ascending), so each lane computes the same bits the
+// serial loop does; the ~40 dependent divisions now run HC·HC at a time.
 template <int HC>
-__device__ void mhc_mix_token(const float* m_raw, float r, const float* base, const float* scale, float hc_eps,
-                              int64_t iters, float* mix) {
-  float pre[HC], post[HC], Z[HC][HC];
-  mhc_pre<HC>(m_raw, r, base, scale[0], hc_eps, pre);
-  const float s1 = scale[1], s2 = scale[2];
+__device__ void mhc_mix_token_warp(const float* m_raw, float r, const float* base, const float* scale, float hc_eps,
+                                   int64_t iters, float* mix) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31;
+  const int me = lane < HC * HC ? lane : 0;  // idle lanes shadow lane 0 and write nothing
+  const int i = me / HC, j = me % HC;
+  if (lane == 0) {
+    float pre[HC];
+    mhc_pre<HC>(m_raw, r, base, scale[0], hc_eps, pre);
 #pragma unroll
-  for (int j = 0; j < HC; ++j)
-    post[j] = __fmul_rn(2.0f, sigmoid_ref(__fadd_rn(__fmul_rn(s1, mix_logit(m_raw, HC + j, r)), base[HC + j])));
-#pragma unroll
-  for (int i = 0; i < HC; ++i) {
-#pragma unroll
-    for (int j = 0; j < HC; ++j) {
-      const int k = 2 * HC + i * HC + j;
-      Z[i][j] = __fadd_rn(__fmul_rn(s2, mix_logit(m_raw, k, r)), base[k]);
-    }
+    for (int q = 0; q < HC; ++q) mix[q] = pre[q];
+  } else if (lane <= HC) {
+    const int q = lane - 1;
+    mix[HC + q] = __fmul_rn(2.0f, sigmoid_ref(__fadd_rn(__fmul_rn(scale[1], mix_logit(m_raw, HC + q, r)), base[HC + q])));
   }
+  const int k = 2 * HC + me;
+  float z = __fadd_rn(__fmul_rn(scale[2], mix_logit(m_raw, k, r)), base[k]);
 
   // Row softmax, then + ε_hc on every entry.
+  float mx = __shfl_sync(kAll, z, i * HC);
 #pragma unroll
-  for (int i = 0; i < HC; ++i) {
-    float mx = Z[i][0];
+  for (int q = 1; q < HC; ++q) {
+    const float v = __shfl_sync(kAll, z, i * HC + q);
+    mx = mx < v ? v : mx;  // std::max, in the reference's order
+  }
+  z = expf(__fsub_rn(z, mx));
+  float sum = 0.0f;
 #pragma unroll
-    for (int j = 1; j < HC; ++j) mx = mx < Z[i][j] ? Z[i][j] : mx;  // std::max
+  for (int q = 0; q < HC; ++q) sum = __fadd_rn(sum, __shfl_sync(kAll, z, i * HC + q));
+  z = __fadd_rn(__fdiv_rn(z, sum), hc_eps);
+
+  auto col_step = [&] {
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < HC; ++j) {
-      Z[i][j] = expf(__fsub_rn(Z[i][j], mx));
-      s = __fadd_rn(s, Z[i][j]);
-    }
-#pragma unroll
-    for (int j = 0; j < HC; ++j) Z[i][j] = __fadd_rn(__fdiv_rn(Z[i][j], s), hc_eps);
-  }
-  auto col_step = [&] {
-#pragma unroll
-    for (int j = 0; j < HC; ++j) {
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < HC; ++i) s = __fadd_rn(s, Z[i][j]);
-      const float d = __fadd_rn(s, hc_eps);
-#pragma unroll
-      for (int i = 0; i < HC; ++i) Z[i][j] = __fdiv_rn(Z[i][j], d);
-    }
+    for (int q = 0; q < HC; ++q) s = __fadd_rn(s, __shfl_sync(kAll, z, q * HC + j));
+    z = __fdiv_rn(z, __fadd_rn(s, hc_eps));
   };
   auto row_step = [&] {
+    float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < HC; ++i) {
-      float s = 0.0f;
-#pragma unroll
-      for (int j = 0; j < HC; ++j) s = __fadd_rn(s, Z[i][j]);
-      const float d = __fadd_rn(s, hc_eps);
-#pragma unroll
-      for (int j = 0; j < HC; ++j) Z[i][j] = __fdiv_rn(Z[i][j], d);
-    }
+    for (int q = 0; q < HC; ++q) s = __fadd_rn(s, __shfl_sync(kAll, z, i * HC + q));
+    z = __fdiv_rn(z, __fadd_rn(s, hc_eps));
   };
   col_step();
   for (int64_t it = 1; it < iters; ++it) {
     row_step();
     col_step();
   }
-
-#pragma unroll
-  for (int i = 0; i < HC; ++i) mix[i] = pre[i];
-#pragma unroll
-  for (int j = 0; j < HC; ++j) mix[HC + j] = post[j];
-#pragma unroll
-  for (int i = 0; i < HC; ++i)
-#pragma unroll
-    for (int j = 0; j < HC; ++j) mix[2 * HC + i * HC + j] = Z[i][j];
+  if (lane < HC * HC) mix[2 * HC + lane] = z;
 }
 
 struct SiteInArgs {
@@ -156,7 +140,7 @@ __global__ void __launch_bounds__(kSiteInThreads) mhc_site_in_kernel(SiteInArgs 
   const float rx = misc::inv_rms(ssx, n, p.rms_eps);
 
   if (tid >= kWorkers) {
-    if (tid == kWorkers) mhc_mix_token<HC>(mt, rx, p.base, p.scale, p.hc_eps, p.iters, p.mix + t * NMIX);
+    mhc_mix_token_warp<HC>(mt, rx, p.base, p.scale, p.hc_eps, p.iters, p.mix + t * NMIX);
     return;
   }
 
