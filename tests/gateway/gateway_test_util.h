@@ -1,6 +1,7 @@
 #pragma once
 // Shared setup for the gateway's HTTP tests: the tiny-chat tokenizer (to script tokens from
 // text), a fake worker, and a gateway process pointed at it.
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,17 @@ inline json parse(const std::string& s) {
     ADD_FAILURE() << "not JSON: " << s;
     return json();
   }
+}
+
+// Runs a shell command; its stdout and stderr together.
+inline std::string run_command(const std::string& cmd, int* rc) {
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  *rc = f ? ::pclose(f) : -1;
+  return out;
 }
 
 // Value of an unlabelled metric line "name value" in Prometheus text.
