@@ -2,7 +2,8 @@
 // the tokenizer puts GLM's special tokens at their real ids (expected values from
 // glm-chat-format.md, not from the tool), and the whole stack on it (real gpu-worker, gateway)
 // takes any prompt id below the model's vocab_size (the tokenizer ends at 154,856), refuses ids
-// past it naming the field and decodes the padding ids (no token) to nothing. Skipped where the
+// past it naming the field, decodes the padding ids (no token) to nothing, and serves the
+// @anthropic-ai/sdk client a tool-use conversation streaming and not. Skipped where the
 // gpu-worker binary was not built.
 #include <unistd.h>
 
@@ -32,11 +33,11 @@ class DemoStack : public ::testing::Test {
     const std::string out = run_command(bin_path("flashtier-demo-model") + " --out " + shell_quote(dir_->string()) +
                                             " --vocab 154880 --hidden 64 --layers 4 --experts 4 --top-k 2",
                                         &rc);
-    if (rc != 0) {
-      ADD_FAILURE() << "flashtier-demo-model failed: " << out;
-      return;
-    }
-    if (!fs::exists(bin_path("flashtier-gpu-worker"))) return;
+    if (rc != 0) ADD_FAILURE() << "flashtier-demo-model failed: " << out;
+  }
+  // The stack starts on the first test that needs it (ctest runs each test in its own process).
+  static void start_stack() {
+    if (worker_ || !fs::exists(bin_path("flashtier-gpu-worker"))) return;
     const int port = free_port();
     worker_ = new ChildProcess({bin_path("flashtier-gpu-worker"), "--model", dir_->string(), "--listen",
                                 "127.0.0.1:" + std::to_string(port), "--experts", "local", "--max-batch-size", "4"});
@@ -55,6 +56,7 @@ class DemoStack : public ::testing::Test {
     delete dir_;
   }
   void need_stack() {
+    start_stack();
     if (!worker_) GTEST_SKIP() << "flashtier-gpu-worker is not built";
   }
   static HttpResult post(const std::string& path, const json& body) {
@@ -119,6 +121,12 @@ TEST_F(DemoStack, PromptIdsAreCheckedAgainstTheModelsVocabSize) {
   EXPECT_EQ(r.status, 400) << r.body;
   r = http_request(gw_->port(), "GET", "/server_info");
   EXPECT_EQ(parse(r.body)["vocab_size"], 154880);
+}
+
+TEST_F(DemoStack, AnthropicSdkToolConversationStreamingAndNot) {
+  need_stack();
+  const json seen = run_anthropic_client("demo.mjs", gw_->port(), served());
+  std::printf("demo model replies: %s\n", seen.dump().c_str());
 }
 
 }  // namespace
