@@ -71,10 +71,21 @@ std::shared_ptr<ModelContext> ModelContext::load(const std::string& model_dir, c
     m->template_error_ = e.what();
   }
   if (auto gc = read_json(dir / "generation_config.json")) read_eos(*gc, m->eos_ids_);
-  if (m->eos_ids_.empty())
-    if (auto cfg = read_json(dir / "config.json")) {
-      if (!read_eos(*cfg, m->eos_ids_) && cfg->contains("text_config")) read_eos((*cfg)["text_config"], m->eos_ids_);
+  const std::optional<json> cfg = read_json(dir / "config.json");
+  if (m->eos_ids_.empty() && cfg)
+    if (!read_eos(*cfg, m->eos_ids_) && cfg->contains("text_config")) read_eos((*cfg)["text_config"], m->eos_ids_);
+  // Real checkpoints pad the embedding past the tokenizer (GLM-5.3: 154,880 rows, 154,856
+  // tokens): the model's size is the one ids are checked against.
+  m->vocab_size_ = m->tokenizer_->vocab_size();
+  if (cfg) {
+    const json& text = cfg->contains("text_config") && (*cfg)["text_config"].is_object() ? (*cfg)["text_config"] : *cfg;
+    if (auto it = text.find("vocab_size"); it != text.end() && it->is_number_unsigned() && it->get<size_t>() > 0) {
+      m->vocab_size_ = it->get<size_t>();
+      if (m->vocab_size_ < m->tokenizer_->vocab_size())
+        throw Error((dir / "config.json").string() + ": vocab_size " + std::to_string(m->vocab_size_) +
+                    " is smaller than the tokenizer's " + std::to_string(m->tokenizer_->vocab_size()) + " ids");
     }
+  }
   if (auto id = m->tokenizer_->token_to_id("<think>")) m->think_id_ = *id;
   if (auto id = m->tokenizer_->token_to_id("</think>")) m->end_think_id_ = *id;
   m->served_name_ = served_name;

@@ -25,7 +25,9 @@ class ModelContext {
   const std::string& model_dir() const { return model_dir_; }
   int32_t think_id() const { return think_id_; }          // -1 when the vocabulary has none
   int32_t end_think_id() const { return end_think_id_; }
-  size_t vocab_size() const { return tokenizer_->vocab_size(); }
+  // The model's vocabulary (config.json vocab_size, else the tokenizer's): request token ids are
+  // checked against it; an id with no token decodes to nothing.
+  size_t vocab_size() const { return vocab_size_; }
 
   bool has_chat_template() const;
   const std::string& chat_template_error() const { return template_error_; }
@@ -43,6 +45,7 @@ class ModelContext {
   std::vector<int32_t> eos_ids_;
   int32_t think_id_ = -1;
   int32_t end_think_id_ = -1;
+  size_t vocab_size_ = 0;
 };
 
 }  // namespace ft::gateway

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gateway/chat_pipeline.h"
 #include "gateway/endpoints.h"
 #include "gateway/generation.h"
 #include "gateway/openai_schema.h"
@@ -216,6 +217,8 @@ class ChatListener : public GenerationListener {
         else d.tool_calls.push_back(std::move(t));
       }
     }
+    if (!c.parser.error().empty())  // a strict tool's call repeated an argument key
+      return ApiError{422, c.parser.error(), "tools", "server_error", "tool_arguments_invalid"};
     return emit(i, d, step.tokens, out);
   }
 
@@ -265,8 +268,13 @@ class ChatListener : public GenerationListener {
                   {"reasoning", c.reasoning.empty() ? json(nullptr) : json(c.reasoning)}};
       if (!c.calls.empty()) {
         json calls = json::array();
-        for (const auto& call : c.calls)
-          calls.push_back({{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        for (size_t k = 0; k < c.calls.size(); ++k) {
+          const auto& call = c.calls[k];
+          // Each key once (a repeated key: last value wins); the streamed text may carry both.
+          std::string args = c.parser.final_arguments(static_cast<int>(k));
+          if (args.empty()) args = call.arguments;
+          calls.push_back({{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", args}}}});
+        }
         msg["tool_calls"] = std::move(calls);
       }
       json lp = spec_.logprobs ? json{{"content", c.logprobs}} : json(nullptr);
@@ -379,17 +387,6 @@ class ChatListener : public GenerationListener {
   bool enforce_ = false;
 };
 
-// `body` is the non-streaming response (built by the caller when the outcome is Completed).
-asio::awaitable<int> finish_outcome(HttpExchange& ex, const GenerationOutcome& o, std::string body) {
-  if (o.kind == GenerationOutcome::ClientGone) co_return 499;
-  if (o.kind == GenerationOutcome::Failed) {
-    if (!ex.responded()) co_return co_await respond_error(ex, *o.error);
-    co_return o.error->status;
-  }
-  if (!ex.responded()) co_await ex.respond(200, "application/json", std::move(body), {});
-  co_return 200;
-}
-
 }  // namespace
 
 // The synchronous part of each request (parse, validate, render, tokenize, plan) lives in plain
@@ -425,17 +422,13 @@ std::unique_ptr<PreparedCompletion> prepare_completion(App& app, const std::stri
   return p;
 }
 
-struct PreparedChat {
-  ChatSpec spec;
-  std::string id;
-  text::GlmParseOptions parse;
-  GenerationPlan plan;
-};
-
 std::unique_ptr<PreparedChat> prepare_chat(App& app, const std::string& body) {
-  auto p = std::make_unique<PreparedChat>();
-  p->spec = parse_chat_request(body, limits(app));
-  const auto& spec = p->spec;
+  ChatSpec spec = parse_chat_request(body, limits(app));
+  const bool mct = body.find("\"max_completion_tokens\"") != std::string::npos;
+  return prepare_chat_spec(app, std::move(spec), mct ? "max_completion_tokens" : "max_tokens", "chatcmpl-");
+}
+
+std::string render_chat_prompt(const App& app, const ChatSpec& spec) {
   if (!app.model->has_chat_template())
     throw ApiError{500, "the model has no usable chat template: " + app.model->chat_template_error(), "", "server_error",
                    "no_chat_template"};
@@ -447,12 +440,26 @@ std::unique_ptr<PreparedChat> prepare_chat(App& app, const std::string& body) {
   }
   // GLM-5.3's template always opens <think>; thinking off = close the block in the prompt.
   if (!spec.enable_thinking && prompt.ends_with("<think>")) prompt += "</think>";
+  return prompt;
+}
+
+}  // namespace
+
+std::vector<int32_t> chat_prompt_ids(const App& app, const ChatSpec& spec) {
+  return app.model->tokenizer().encode(render_chat_prompt(app, spec));
+}
+
+std::unique_ptr<PreparedChat> prepare_chat_spec(App& app, ChatSpec spec_in, const std::string& max_tokens_param,
+                                                const char* id_prefix) {
+  auto p = std::make_unique<PreparedChat>();
+  p->spec = std::move(spec_in);
+  const auto& spec = p->spec;
   const auto& tok = app.model->tokenizer();
-  std::vector<std::vector<int32_t>> prompts(1, tok.encode(prompt));
+  std::vector<std::vector<int32_t>> prompts(1, chat_prompt_ids(app, spec));
   const auto& ids = prompts[0];
+  p->prompt_tokens = ids.size();
   if (!app.pool->any_ready()) throw ApiError{503, "no gpu-worker is ready (loading or down)", "", "service_unavailable", "no_worker"};
-  const bool mct = body.find("\"max_completion_tokens\"") != std::string::npos;
-  if (auto e = check_context(app, prompts, spec.max_tokens, "messages", mct ? "max_completion_tokens" : "max_tokens")) throw *e;
+  if (auto e = check_context(app, prompts, spec.max_tokens, "messages", max_tokens_param)) throw *e;
 
   std::set<int32_t> keep;  // tags the parser must see even when special tokens are skipped
   for (const char* t : {"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"})
@@ -460,12 +467,21 @@ std::unique_ptr<PreparedChat> prepare_chat(App& app, const std::string& body) {
   p->parse.starts_in_reasoning = !ids.empty() && app.model->think_id() >= 0 && ids.back() == app.model->think_id();
   p->parse.parse_tool_calls = spec.has_tools;
   if (spec.has_tools) p->parse.schemas = text::ToolSchemas::from_openai_tools_json(spec.tools_json);
-  p->id = new_request_id(app, "chatcmpl-");
+  p->id = new_request_id(app, id_prefix);
   p->plan = make_plan(app, spec, prompts, p->id, keep);
   return p;
 }
 
-}  // namespace
+// `body` is the non-streaming response (built by the caller when the outcome is Completed).
+asio::awaitable<int> finish_outcome(HttpExchange& ex, const GenerationOutcome& o, std::string body) {
+  if (o.kind == GenerationOutcome::ClientGone) co_return 499;
+  if (o.kind == GenerationOutcome::Failed) {
+    if (!ex.responded()) co_return co_await respond_error(ex, *o.error);
+    co_return o.error->status;
+  }
+  if (!ex.responded()) co_await ex.respond(200, "application/json", std::move(body), {});
+  co_return 200;
+}
 
 asio::awaitable<int> handle_completions(App& app, HttpExchange& ex) {
   const auto arrival = std::chrono::steady_clock::now();

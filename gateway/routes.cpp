@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gateway/anthropic_schema.h"
 #include "gateway/endpoints.h"
 #include "gateway/openai_schema.h"
 #include "shared/core/error.h"
@@ -137,7 +138,8 @@ const Route kRoutes[] = {
     {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/generate", true},   {"/tokenize", true},
     {"/detokenize", true},          {"/v1/models", false},     {"/health", false},    {"/health_generate", false},
     {"/metrics", false},            {"/server_info", false},   {"/get_server_info", false}, {"/get_model_info", false},
-    {"/v1/tokenize", true},         {"/v1/detokenize", true}};
+    {"/v1/tokenize", true},         {"/v1/detokenize", true},  {"/v1/messages", true},
+    {"/v1/messages/count_tokens", true}};
 
 }  // namespace
 
@@ -154,7 +156,7 @@ asio::awaitable<int> respond_error(HttpExchange& ex, const ApiError& e) {
   std::vector<std::pair<std::string, std::string>> extra;
   if (e.status == 429 || e.status == 503) extra.emplace_back("Retry-After", "1");
   if (e.status == 401) extra.emplace_back("WWW-Authenticate", "Bearer");
-  std::string body = error_json(e);
+  std::string body = is_anthropic_path(ex.request().path) ? anthropic_error_json(e) : error_json(e);
   co_await ex.respond(e.status, "application/json", std::move(body), std::move(extra));
   co_return e.status;
 }
@@ -175,10 +177,13 @@ std::optional<ApiError> admission_error(const App& app, const HttpRequest& req) 
     return ApiError{405, "method " + req.method + " is not allowed on " + path, "", "invalid_request_error", "method_not_allowed"};
   if (!app.opts.api_key.empty() && path != "/health" && path != "/metrics") {
     const std::string auth = req.header("authorization");
-    std::string_view token;
+    const std::string x_api_key = req.header("x-api-key");  // Anthropic clients send the key here
+    std::string_view token = x_api_key;
     if (auth.size() > 7 && (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0)) token = std::string_view(auth).substr(7);
     if (!same(token, app.opts.api_key)) {
-      std::string msg = auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "incorrect API key provided";
+      std::string msg = auth.empty() && x_api_key.empty()
+                            ? "missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')"
+                            : "incorrect API key provided";
       return ApiError{401, msg, "", "invalid_request_error", "invalid_api_key"};
     }
   }
@@ -196,6 +201,8 @@ asio::awaitable<int> handle_request(App& app, HttpExchange& ex) {
   if (path == "/v1/chat/completions") co_return co_await handle_chat_completions(app, ex);
   if (path == "/v1/completions") co_return co_await handle_completions(app, ex);
   if (path == "/generate") co_return co_await handle_sglang_generate(app, ex);
+  if (path == "/v1/messages") co_return co_await handle_anthropic_messages(app, ex);
+  if (path == "/v1/messages/count_tokens") co_return co_await handle_anthropic_count_tokens(app, ex);
   if (path == "/tokenize" || path == "/v1/tokenize") {
     Reply r = tokenize(app, req.body);
     co_return co_await send(ex, std::move(r));

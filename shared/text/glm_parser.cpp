@@ -1,5 +1,6 @@
 #include "shared/text/glm_parser.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -69,6 +70,7 @@ ToolSchemas ToolSchemas::from_openai_tools_json(std::string_view tools_json) {
     const nlohmann::json& fn = t.contains("function") && t["function"].is_object() ? t["function"] : t;
     if (!fn.contains("name") || !fn["name"].is_string()) continue;
     auto& params = s.string_params_[fn["name"].get<std::string>()];
+    if (fn.contains("strict") && fn["strict"] == true) s.strict_.insert(fn["name"].get<std::string>());
     if (!fn.contains("parameters") || !fn["parameters"].is_object()) continue;
     const auto& props = fn["parameters"].value("properties", nlohmann::json::object());
     if (!props.is_object()) continue;
@@ -217,8 +219,9 @@ void GlmStreamParser::on_text(std::string_view s, GlmDelta& out) {
       on_text(s.substr(i), out);
       return;
     }
-    case State::Reasoning: out.reasoning_content += reasoning_.push(s); return;
-    case State::Content: out.content += content_.push(s); return;
+    case State::Reasoning: add_reasoning(reasoning_.push(s), out); return;
+    case State::Content:
+    case State::AfterCall: add_content(content_.push(s), out); return;  // text between and after calls is content
     case State::Name: {
       name_.append(s);
       // GLM-4.5/4.6 end the name with a newline; GLM-4.7+ go straight to <arg_key>.
@@ -234,15 +237,18 @@ void GlmStreamParser::on_text(std::string_view s, GlmDelta& out) {
     case State::Value:
       if (value_is_string_) {
         const std::string kept = value_trim_.push(s);
-        if (!kept.empty()) emit_args(json_escaped(kept), out);
+        if (!kept.empty()) {
+          const std::string esc = json_escaped(kept);
+          value_json_ += esc;
+          emit_args(esc, out);
+        }
       } else {
         value_.append(s);
       }
       return;
     case State::BetweenArgs:
     case State::AfterKey:
-    case State::AfterCall:
-      return;  // separators (whitespace, literal "\n") and stray text between or after calls
+      return;  // separators inside a call (whitespace, a literal "\n")
   }
 }
 
@@ -261,6 +267,7 @@ void GlmStreamParser::on_tag(std::string_view tag, GlmDelta& out) {
     name_emitted_ = false;
     args_started_ = false;
     ++calls_;
+    pairs_.emplace_back();
     return;
   }
   if (tag == kKey) {
@@ -311,7 +318,27 @@ void GlmStreamParser::emit_name(GlmDelta& out) {
     d.id = std::string("call_") + b;
   }
   d.name = strip(name_);
+  GlmEvent ev;
+  ev.kind = GlmEvent::Kind::ToolCall;
+  ev.call = d;
+  out.events.push_back(std::move(ev));
   out.tool_calls.push_back(std::move(d));
+}
+
+void GlmStreamParser::add_reasoning(std::string_view s, GlmDelta& out) {
+  if (s.empty()) return;
+  out.reasoning_content += s;
+  if (out.events.empty() || out.events.back().kind != GlmEvent::Kind::Reasoning)
+    out.events.push_back({GlmEvent::Kind::Reasoning, "", {}});
+  out.events.back().text += s;
+}
+
+void GlmStreamParser::add_content(std::string_view s, GlmDelta& out) {
+  if (s.empty()) return;
+  out.content += s;
+  if (out.events.empty() || out.events.back().kind != GlmEvent::Kind::Content)
+    out.events.push_back({GlmEvent::Kind::Content, "", {}});
+  out.events.back().text += s;
 }
 
 void GlmStreamParser::emit_args(std::string_view frag, GlmDelta& out) {
@@ -320,6 +347,14 @@ void GlmStreamParser::emit_args(std::string_view frag, GlmDelta& out) {
     out.tool_calls.back().arguments.append(frag);
   else
     out.tool_calls.push_back({index, "", "", std::string(frag)});
+  if (!out.events.empty() && out.events.back().kind == GlmEvent::Kind::ToolCall && out.events.back().call.index == index) {
+    out.events.back().call.arguments.append(frag);
+  } else {
+    GlmEvent ev;
+    ev.kind = GlmEvent::Kind::ToolCall;
+    ev.call = {index, "", "", std::string(frag)};
+    out.events.push_back(std::move(ev));
+  }
 }
 
 void GlmStreamParser::begin_value(GlmDelta& out) {
@@ -329,19 +364,52 @@ void GlmStreamParser::begin_value(GlmDelta& out) {
   args_started_ = true;
   jinja::append_json_string(prefix, key, false);
   prefix += ": ";
-  value_is_string_ = opts_.schemas.is_string_param(strip(name_), key);
+  const std::string tool = strip(name_);
+  if (error_.empty() && opts_.schemas.is_strict(tool) && !pairs_.empty())
+    for (const auto& [k, v] : pairs_.back())
+      if (k == key) {
+        error_ = "tool call " + std::to_string(calls_ - 1) + " ('" + tool + "') repeats argument '" + key +
+                 "'; the tool is strict";
+        break;
+      }
+  value_is_string_ = opts_.schemas.is_string_param(tool, key);
   value_.clear();
   value_trim_ = Trim{};
-  if (value_is_string_) prefix += "\"";
+  value_json_.clear();
+  if (value_is_string_) {
+    prefix += "\"";
+    value_json_ = "\"";
+  }
   emit_args(prefix, out);
 }
 
 void GlmStreamParser::end_value(GlmDelta& out) {
-  if (value_is_string_)
-    emit_args("\"", out);
-  else
-    emit_args(typed_value_json(value_), out);
+  const std::string tail = value_is_string_ ? std::string("\"") : typed_value_json(value_);
+  value_json_ += tail;
+  emit_args(tail, out);
+  if (!pairs_.empty()) pairs_.back().emplace_back(strip(key_), std::move(value_json_));
+  value_json_.clear();
   value_.clear();
+}
+
+std::string GlmStreamParser::final_arguments(int index) const {
+  if (index < 0 || static_cast<size_t>(index) >= pairs_.size()) return {};
+  // Python dict semantics: a key keeps its first position and takes its last value.
+  std::vector<std::pair<std::string, std::string>> kept;
+  for (const auto& [k, v] : pairs_[index]) {
+    auto it = std::find_if(kept.begin(), kept.end(), [&](const auto& p) { return p.first == k; });
+    if (it != kept.end()) it->second = v;
+    else kept.emplace_back(k, v);
+  }
+  if (kept.empty()) return "{}";
+  std::string s = "{";
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (i) s += ", ";
+    jinja::append_json_string(s, kept[i].first, false);
+    s += ": ";
+    s += kept[i].second;
+  }
+  return s + "}";
 }
 
 void GlmStreamParser::close_call(GlmDelta& out) {
@@ -368,6 +436,7 @@ GlmMessage parse_glm_output(std::string_view text, const GlmParseOptions& opts) 
   GlmMessage msg;
   append_delta(msg, p.feed(text));
   append_delta(msg, p.finish());
+  for (size_t i = 0; i < msg.tool_calls.size(); ++i) msg.tool_calls[i].arguments = p.final_arguments(static_cast<int>(i));
   return msg;
 }
 

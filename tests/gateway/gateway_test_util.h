@@ -1,6 +1,7 @@
 #pragma once
 // Shared setup for the gateway's HTTP tests: the tiny-chat tokenizer (to script tokens from
 // text), a fake worker, and a gateway process pointed at it.
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,40 @@ inline json parse(const std::string& s) {
     ADD_FAILURE() << "not JSON: " << s;
     return json();
   }
+}
+
+// Runs a shell command; its stdout and stderr together.
+inline std::string run_command(const std::string& cmd, int* rc) {
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  *rc = f ? ::pclose(f) : -1;
+  return out;
+}
+
+// Runs one of the @anthropic-ai/sdk scripts (tests/gateway/anthropic_js/) against a gateway and
+// checks its verdict, the last line {"ok": ..., "failures": [...], "seen": {...}}; returns "seen".
+inline json run_anthropic_client(const std::string& script, int port, const std::string& model) {
+  int rc = 0;
+  const std::string out =
+      run_command(shell_quote(std::string(FLASHTIER_SOURCE_DIR) + "/tests/gateway/anthropic_js/run.sh") + " " + script + " " +
+                      shell_quote("http://127.0.0.1:" + std::to_string(port)) + " " + shell_quote(model),
+                  &rc);
+  EXPECT_EQ(rc, 0) << out;
+  const size_t line = out.rfind("{\"ok\"");
+  if (line == std::string::npos) {
+    ADD_FAILURE() << "no verdict line from " << script << ":\n" << out;
+    return json();
+  }
+  json r = json::parse(out.substr(line), nullptr, false);
+  if (!r.is_object()) {
+    ADD_FAILURE() << out;
+    return json();
+  }
+  EXPECT_TRUE(r["ok"].get<bool>()) << r["failures"].dump(2);
+  return r["seen"];
 }
 
 // Value of an unlabelled metric line "name value" in Prometheus text.

@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "shared/text/detokenizer.h"
 #include "shared/text/tokenizer.h"
 #include "shared/text/utf8.h"
@@ -133,6 +135,27 @@ std::vector<std::pair<std::string, bool>> fuzz_corpus() {
   };
 }
 
+// The ordered events of a delta carry exactly its reasoning, content and tool-call fields.
+void expect_events_match_fields(const GlmDelta& d) {
+  GlmMessage from_events, from_fields;
+  append_delta(from_fields, d);
+  for (const GlmEvent& e : d.events) {
+    GlmDelta one;
+    if (e.kind == GlmEvent::Kind::Reasoning) one.reasoning_content = e.text;
+    if (e.kind == GlmEvent::Kind::Content) one.content = e.text;
+    if (e.kind == GlmEvent::Kind::ToolCall) one.tool_calls.push_back(e.call);
+    append_delta(from_events, one);
+  }
+  EXPECT_EQ(from_events.reasoning_content, from_fields.reasoning_content);
+  EXPECT_EQ(from_events.content, from_fields.content);
+  ASSERT_EQ(from_events.tool_calls.size(), from_fields.tool_calls.size());
+  for (size_t i = 0; i < from_fields.tool_calls.size(); ++i) {
+    EXPECT_EQ(from_events.tool_calls[i].id, from_fields.tool_calls[i].id);
+    EXPECT_EQ(from_events.tool_calls[i].name, from_fields.tool_calls[i].name);
+    EXPECT_EQ(from_events.tool_calls[i].arguments, from_fields.tool_calls[i].arguments);
+  }
+}
+
 void check_stream_equals_oneshot(const std::string& text, bool in_reasoning, const std::vector<size_t>& cuts) {
   const GlmMessage want = parse_glm_output(text, options(in_reasoning));
   GlmStreamParser p(options(in_reasoning));
@@ -147,6 +170,7 @@ void check_stream_equals_oneshot(const std::string& text, bool in_reasoning, con
     EXPECT_EQ(d.content.find("<tool_call"), std::string::npos) << d.content;
     EXPECT_EQ(d.content.find("</think"), std::string::npos) << d.content;
     for (const auto& t : d.tool_calls) EXPECT_EQ(utf8_lossy(t.arguments), t.arguments);
+    expect_events_match_fields(d);
     append_delta(got, d);
   };
   for (size_t c : cuts) {
@@ -211,6 +235,102 @@ TEST(TextGlmParser, StreamingDeltaOrderMatchesOpenAi) {
       }
   EXPECT_TRUE(saw_name);
   EXPECT_EQ(args0, R"({"city": "Paris", "days": 2})");
+}
+
+TEST(TextGlmParser, TextBetweenAndAfterCallsIsContent) {
+  // GLM-4.7/5.3 form: no separators; text between and after the calls is kept, in order.
+  auto m = parse_glm_output("r</think>First.<tool_call>now</tool_call> Then this.<tool_call>now</tool_call>Done.",
+                            options(true));
+  EXPECT_EQ(m.reasoning_content, "r");
+  EXPECT_EQ(m.content, "First. Then this.Done.");
+  EXPECT_EQ(m.tool_calls.size(), 2u);
+  // GLM-4.6 form: the newlines around calls are separators; only the stream's outer whitespace
+  // is stripped, so a newline that sits between two pieces of text stays.
+  m = parse_glm_output("\n<think>r</think>\nLook.\n<tool_call>now\n</tool_call>\n<tool_call>now\n</tool_call>\nAfter.\n",
+                       options(false));
+  EXPECT_EQ(m.content, "Look.\n\n\nAfter.");
+  EXPECT_EQ(m.tool_calls.size(), 2u);
+  // Only whitespace after the last call: no content at all.
+  m = parse_glm_output("</think><tool_call>now</tool_call>\n  ", options(true));
+  EXPECT_FALSE(m.content.has_value());
+}
+
+TEST(TextGlmParser, EventsKeepTheOrderWithinOneDelta) {
+  GlmStreamParser p(options(true));
+  GlmDelta d = p.feed("why</think>Let me.<tool_call>now</tool_call>Done.");
+  ASSERT_EQ(d.events.size(), 4u);
+  EXPECT_EQ(d.events[0].kind, GlmEvent::Kind::Reasoning);
+  EXPECT_EQ(d.events[0].text, "why");
+  EXPECT_EQ(d.events[1].kind, GlmEvent::Kind::Content);
+  EXPECT_EQ(d.events[1].text, "Let me.");
+  EXPECT_EQ(d.events[2].kind, GlmEvent::Kind::ToolCall);
+  EXPECT_EQ(d.events[2].call.name, "now");
+  EXPECT_EQ(d.events[2].call.id, "call_0");
+  EXPECT_EQ(d.events[2].call.arguments, "{}");
+  EXPECT_EQ(d.events[3].kind, GlmEvent::Kind::Content);
+  EXPECT_EQ(d.events[3].text, "Done.");
+  expect_events_match_fields(d);
+}
+
+constexpr const char* kRepeated =
+    "</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
+    "<arg_value>2</arg_value><arg_key>city</arg_key><arg_value>Lyon</arg_value></tool_call>";
+
+TEST(TextGlmParser, RepeatedKeyLastWins) {
+  const auto m = parse_glm_output(kRepeated, options(true));
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  // One key, first position, last value (Python dict semantics).
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"city": "Lyon", "days": 2})");
+  // The stream cannot take back "Paris": it carries both pairs, and a JSON parser reading the
+  // concatenation (last-wins) gets the same object as the final arguments.
+  GlmStreamParser p(options(true));
+  GlmMessage streamed;
+  for (char c : std::string(kRepeated)) append_delta(streamed, p.feed(std::string(1, c)));
+  append_delta(streamed, p.finish());
+  ASSERT_EQ(streamed.tool_calls.size(), 1u);
+  EXPECT_EQ(streamed.tool_calls[0].arguments, R"({"city": "Paris", "days": 2, "city": "Lyon"})");
+  EXPECT_EQ(nlohmann::json::parse(streamed.tool_calls[0].arguments), nlohmann::json::parse(m.tool_calls[0].arguments));
+  EXPECT_EQ(p.final_arguments(0), m.tool_calls[0].arguments);
+  EXPECT_TRUE(p.error().empty());
+}
+
+TEST(TextGlmParser, RepeatedKeyIsAnErrorForAStrictTool) {
+  GlmParseOptions o = options(true);
+  o.schemas = ToolSchemas::from_openai_tools_json(
+      R"([{"type":"function","function":{"name":"get_weather","strict":true,"parameters":{"type":"object",
+          "properties":{"city":{"type":"string"},"days":{"type":"integer"}}}}}])");
+  EXPECT_TRUE(o.schemas.is_strict("get_weather"));
+  GlmStreamParser p(o);
+  p.feed("</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
+         "<arg_value>2</arg_value>");
+  EXPECT_TRUE(p.error().empty());  // distinct keys are fine
+  p.feed("<arg_key>city</arg_key><arg_value>Lyon");
+  EXPECT_EQ(p.error(), "tool call 0 ('get_weather') repeats argument 'city'; the tool is strict");
+  // A tool without "strict": true in the same request keeps last-wins.
+  GlmStreamParser q(options(true));
+  q.feed(kRepeated);
+  EXPECT_TRUE(q.error().empty());
+}
+
+TEST(TextGlmParser, StringArgumentsStreamAsTheyArrive) {
+  // A long string value is not held until </arg_value>: every character that cannot start the
+  // closing tag goes out at once (the fix for vLLM issue #32829 is the same idea).
+  GlmStreamParser p(options(true));
+  std::string args;
+  for (const auto& t : p.feed("</think><tool_call>write_file<arg_key>text</arg_key><arg_value>").tool_calls) args += t.arguments;
+  const std::string body = "a long file body, line after line";
+  for (char c : body) {
+    GlmDelta d = p.feed(std::string(1, c));
+    for (const auto& t : d.tool_calls) args += t.arguments;
+    // (A space waits for the next character: string values lose their outer whitespace.)
+    if (c != ' ') EXPECT_TRUE(args.ends_with(std::string(1, c))) << "held back: " << c;
+  }
+  EXPECT_EQ(args, "{\"text\": \"" + body);
+  GlmDelta d = p.feed("<");  // could be </arg_value>: held
+  EXPECT_TRUE(d.tool_calls.empty());
+  d = p.feed("/arg_value></tool_call>");
+  for (const auto& t : d.tool_calls) args += t.arguments;
+  EXPECT_EQ(args, "{\"text\": \"" + body + "\"}");
 }
 
 TEST(TextGlmParser, TokenStreamThroughDetokenizer) {

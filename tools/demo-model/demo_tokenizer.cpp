@@ -73,16 +73,24 @@ std::vector<std::string> words_of(const std::string& text) {
 }  // namespace
 
 const std::vector<std::string>& glm_special_tokens() {
+  // GLM's added-token block in its real order (glm-chat-format.md §1): with the GLM layout the
+  // i-th token has id kGlmFirstSpecialId + i, e.g. [gMASK] 154822, <sop> 154824, <think> 154841.
   static const std::vector<std::string> t = {
       "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>",
       "<|assistant|>", "<|observation|>", "<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>",
-      "<|end_of_video|>", "<|begin_of_audio|>", "<|end_of_audio|>", "<|image|>", "<|video|>", "<think>",
-      "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<arg_key>",
-      "</arg_key>", "<arg_value>", "</arg_value>", "/nothink"};
+      "<|end_of_video|>", "<|begin_of_audio|>", "<|end_of_audio|>", "<|begin_of_transcription|>",
+      "<|end_of_transcription|>", "<|code_prefix|>", "<|code_middle|>", "<|code_suffix|>", "<think>", "</think>",
+      "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<arg_key>", "</arg_key>", "<arg_value>",
+      "</arg_value>", "/nothink", "<|begin_of_box|>", "<|end_of_box|>", "<|image|>", "<|video|>"};
   return t;
 }
 
-int64_t write_demo_tokenizer(const DemoOptions& o) {
+static bool glm_layout(const DemoOptions& o) {
+  return o.vocab >= kGlmFirstSpecialId + static_cast<int64_t>(glm_special_tokens().size());
+}
+
+DemoVocab write_demo_tokenizer(const DemoOptions& o) {
+  const bool glm = glm_layout(o);
   const auto sym = byte_symbols();
   std::map<std::vector<std::string>, int64_t> words;
   for (const auto& w : words_of(kCorpus)) {
@@ -90,15 +98,17 @@ int64_t write_demo_tokenizer(const DemoOptions& o) {
     for (unsigned char c : w) s.push_back(sym[c]);
     ++words[s];
   }
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  // A std::map object: GLM's layout puts 154,820 entries here (ordered_json looks keys up linearly).
+  nlohmann::json vocab = nlohmann::json::object();
   int64_t next = 0;
   for (int b = 0; b < 256; ++b) vocab[sym[b]] = next++;
   nlohmann::json merges = nlohmann::json::array();
   const int64_t n_special = static_cast<int64_t>(glm_special_tokens().size());
   if (o.vocab > 0 && o.vocab < 256 + n_special)
     throw Error("--vocab must be at least " + std::to_string(256 + n_special) + " (bytes + GLM special tokens)");
-  const int64_t min_count = o.vocab > 0 ? 1 : 2;  // an exact size may need merges seen once
-  for (int64_t m = 0; o.vocab > 0 ? next < o.vocab - n_special : m < o.merges; ++m) {
+  const bool exact = o.vocab > 0 && !glm;          // packed: BPE fills the vocabulary up to the specials
+  const int64_t min_count = exact ? 1 : 2;          // an exact size may need merges seen once
+  for (int64_t m = 0; exact ? next < o.vocab - n_special : m < o.merges; ++m) {
     std::map<std::pair<std::string, std::string>, int64_t> pairs;
     for (const auto& [w, n] : words)
       for (size_t i = 0; i + 1 < w.size(); ++i) pairs[{w[i], w[i + 1]}] += n;
@@ -124,20 +134,51 @@ int64_t write_demo_tokenizer(const DemoOptions& o) {
     }
     words.swap(merged);
   }
-  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  if (glm) {
+    // The corpus yields a few hundred merges; the rest of the ids below the specials get filler
+    // words (" ab", " ac", …, reachable by no merge, so encoding never makes them) so that random
+    // weights, which pick ids uniformly, produce visible text as the real 154,820-token BPE
+    // vocabulary would, not a stream of ids that decode to nothing.
+    std::string word = "a";
+    auto bump = [&word] {  // a, b, …, z, aa, ab, …
+      for (size_t i = word.size(); i-- > 0;) {
+        if (word[i] != 'z') {
+          ++word[i];
+          return;
+        }
+        word[i] = 'a';
+      }
+      word.insert(word.begin(), 'a');
+    };
+    while (next < kGlmFirstSpecialId) {
+      const std::string t = sym[' '] + word;
+      bump();
+      if (!vocab.contains(t)) vocab[t] = next++;
+    }
+  }
+  nlohmann::json added = nlohmann::json::array();
   const auto& specials = glm_special_tokens();
+  // GLM layout: ids from the last BPE token up to the specials, and past them up to the model's
+  // vocab_size, have no token (as in the real checkpoint's padded embedding).
+  const int64_t first_special = glm ? kGlmFirstSpecialId : next;
+  DemoVocab out;
   for (size_t i = 0; i < specials.size(); ++i) {
     const bool special = specials[i].front() == '<' ? specials[i].find('|') != std::string::npos || specials[i] == "<sop>" ||
                                                           specials[i] == "<eop>"
                                                     : specials[i].front() == '[';
-    added.push_back({{"id", next + static_cast<int64_t>(i)}, {"content", specials[i]}, {"single_word", false},
+    const int64_t id = first_special + static_cast<int64_t>(i);
+    added.push_back({{"id", id}, {"content", specials[i]}, {"single_word", false},
                      {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", special}});
+    // <|endoftext|>, <|user|>, <|observation|> end a turn, as in GLM's generation_config.json.
+    if (specials[i] == "<|endoftext|>" || specials[i] == "<|user|>" || specials[i] == "<|observation|>")
+      out.eos_ids.push_back(id);
   }
-  const int64_t total = next + static_cast<int64_t>(specials.size());
-  if (o.vocab > 0 && total != o.vocab)
+  const int64_t total = first_special + static_cast<int64_t>(specials.size());
+  out.model_vocab = glm ? o.vocab : total;
+  if (exact && total != o.vocab)
     throw Error("the built-in corpus yields at most " + std::to_string(total) + " tokens; --vocab " +
                 std::to_string(o.vocab) + " is too large");
-  nlohmann::ordered_json tok = {
+  nlohmann::json tok = {  // keys sorted; readers look them up by name
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
@@ -171,7 +212,7 @@ int64_t write_demo_tokenizer(const DemoOptions& o) {
   std::ofstream f(o.out_dir + "/tokenizer_config.json");
   f << cfg.dump(1);
   if (!f) throw Error(o.out_dir + "/tokenizer_config.json: write failed");
-  return total;
+  return out;
 }
 
 }  // namespace ft::demo

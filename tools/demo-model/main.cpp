@@ -1,4 +1,5 @@
 // flashtier-demo-model --out DIR [--hidden N] [--layers N] [--experts N] [--top-k N] [--seed S] [--fp32]
+//                      [--vocab N]
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -25,7 +26,8 @@ int main(int argc, char** argv) {
       else if (a == "--tokenizer-only") o.tokenizer_only = true;
       else {
         std::cerr << "usage: flashtier-demo-model --out DIR [--hidden N] [--layers N] [--experts N] [--top-k N]"
-                     " [--merges N] [--seed S] [--fp32]\n"
+                     " [--merges N] [--seed S] [--fp32] [--vocab N]\n"
+                     "         (--vocab 154880: GLM-5.3-Flash's vocabulary size, special tokens at their real ids)\n"
                      "       flashtier-demo-model --out DIR --tokenizer-only --vocab N   (tokenizer files only)\n";
         return 2;
       }
@@ -33,14 +35,13 @@ int main(int argc, char** argv) {
     if (o.out_dir.empty()) throw ft::Error("--out DIR is required");
     if (o.hidden % 64 != 0 || o.hidden < 64) throw ft::Error("--hidden must be a positive multiple of 64");
     std::filesystem::create_directories(o.out_dir);
-    const int64_t vocab = ft::demo::write_demo_tokenizer(o);
+    const ft::demo::DemoVocab v = ft::demo::write_demo_tokenizer(o);
+    const int64_t vocab = v.model_vocab;
     if (o.tokenizer_only) {
       std::cout << "tokenizer (vocab " << vocab << ") written to " << o.out_dir << "\n";
       return 0;
     }
-    const int64_t first_special = vocab - static_cast<int64_t>(ft::demo::glm_special_tokens().size());
-    // <|endoftext|>, <|user|>, <|observation|> end a turn, as in GLM's generation_config.json.
-    ft::demo::write_demo_weights(o, vocab, {first_special, first_special + 7, first_special + 9});
+    ft::demo::write_demo_weights(o, vocab, v.eos_ids);
     std::cout << "demo model written to " << o.out_dir << " (vocab " << vocab << ", hidden " << o.hidden << ", "
               << o.layers << " layers, " << o.experts << " experts)\n";
     return 0;
