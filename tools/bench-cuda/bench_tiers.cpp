@@ -170,6 +170,7 @@ struct Setup {
   uint64_t block_bytes = 0;
   Bandwidths bw;
   int steps = 32, warm = 128;
+  int64_t chunk = 8192;  // tokens per prefill step (the engine's max_tokens_per_step)
 };
 
 void print_rows(const std::vector<Row>& rows) {
@@ -189,7 +190,7 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
   CudaEngineOptions o;
   o.vram_budget_bytes = S.budget;
   o.max_sequences = max_seqs;
-  o.max_tokens_per_step = 8192;
+  o.max_tokens_per_step = S.chunk;
   o.context_size = context;
   o.expert_segment = S.segment;
   o.tier_mode = "exact";
@@ -360,6 +361,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") S.steps = std::stoi(next());
     else if (a == "--warm-steps") S.warm = std::stoi(next());
     else if (a == "--admit-per-step") S.admit = std::stoi(next());
+    else if (a == "--chunk") S.chunk = std::stoll(next());
     else if (a == "--zipf") S.trace.zipf_s = std::stod(next());
     else if (a == "--locality") S.trace.locality = std::stod(next());
     else if (a == "--trace") S.trace_file = next();
@@ -371,7 +373,8 @@ int main(int argc, char** argv) {
                    "usage: flashtier-bench-tiers [--vram-budget-gb 24] [--pool-gb G] [--expert-cache-gb G] [--layers 45]\n"
                    "         [--experts 288] [--k 3] [--context 1024] [--long-context 32768 (0: skip)] [--batches 1,2,4,8]\n"
                    "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 16] [--zipf 0.8]\n"
-                   "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--segment NAME] [--keep-segment]\n");
+                   "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--segment NAME] [--keep-segment]\n"
+                   "         [--chunk 8192 (prefill tokens per step)]\n");
       return 2;
     }
   }
@@ -466,6 +469,7 @@ int main(int argc, char** argv) {
     const int max_b = static_cast<int>(*std::max_element(batches.begin(), batches.end()));
     std::vector<int64_t> short_prefills, long_prefills;
     for (int64_t p : prefills) (p <= 8192 ? short_prefills : long_prefills).push_back(p);
+    std::printf("prefill chunk %lld tokens per step\n", static_cast<long long>(S.chunk));
     run_engine(S, max_b, std::max<int64_t>(context + S.steps + S.warm + 64,
                                            short_prefills.empty() ? 0 : *std::max_element(short_prefills.begin(),
                                                                                           short_prefills.end()) + 64),

@@ -124,6 +124,33 @@ TEST_F(CudaEngineTest, PromptInPiecesOfSixtyFourEqualsOnePieceBitForBit) {
   EXPECT_EQ(test::bit_mismatches(l1.data(), l3.data(), V), 0u);
 }
 
+// A step longer than MLA's row pass (kMlaRowsPerPass) runs its sparse layers in passes; every
+// row of it keeps the bits it gets in 64-token pieces.
+TEST_F(CudaEngineTest, AStepLongerThanOneMlaPassEqualsPiecesBitForBit) {
+  CudaEngineOptions o = small_options(2);
+  o.max_tokens_per_step = 1600;
+  o.context_size = 2048;
+  CudaEngine e(weights("glm5-tiny-chat"), nullptr, o);
+  FixtureCase c = fixture_case("glm5-tiny-chat", 2);
+  std::vector<int32_t> prompt;
+  while (prompt.size() < 1500) prompt.insert(prompt.end(), c.input.begin(), c.input.end());
+  prompt.resize(1500);
+  SequenceSpec spec;
+  spec.sampling.temperature = 0;
+  spec.max_tokens = 1600;
+  const uint64_t a = e.open(spec), b = e.open(spec);
+  const auto one = prefill(e, a, prompt, 0);
+  const auto pieces = prefill(e, b, prompt, 64);
+  const size_t V = static_cast<size_t>(e.config().vocab_size);
+  ASSERT_EQ(one.size(), prompt.size() * V);
+  // Every row of the one-step prefill against the same position's row in its piece.
+  size_t bad = 0;
+  const size_t last_piece = prompt.size() - (prompt.size() - 1) / 64 * 64;
+  for (size_t r = 0; r < last_piece; ++r)
+    bad += test::bit_mismatches(one.data() + (prompt.size() - last_piece + r) * V, pieces.data() + r * V, V);
+  EXPECT_EQ(bad, 0u);
+}
+
 TEST_F(CudaEngineTest, ASequenceAloneEqualsItAmongSevenOthersBitForBit) {
   CudaEngineOptions o = small_options();
   o.graphs = false;  // logits come back only from eager steps

@@ -117,15 +117,21 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
   const float eps = static_cast<float>(c_.rms_norm_eps);
   Arena& a = b_.scratch;
   const int64_t ld_in = m.in.out, ld_q = m.q_b.out;
+  // Every row's projections, cache entries and pool keys first (a row's selection sees the keys
+  // of the rows before it); then the per-row chain from the queries to o_proj in passes of at
+  // most kMlaRowsPerPass rows, so its wide buffers (queries, absorbed queries, attended latents:
+  // ~130 KB a row at the real widths) hold one pass, not a whole prefill chunk. Every op of the
+  // chain is row-independent, so passes never change a row's bits.
+  const int64_t P = std::min<int64_t>(N, kMlaRowsPerPass);
   float* in = a.take<float>(N * (Rq + Rkv + 2 * ID), "mla projections");
-  float* qfull = a.take<float>(N * (NH * c_.qk_head_dim + IH * ID), "mla queries");
-  float* q_abs = a.take<float>(N * NH * Rkv, "mla absorbed queries");
-  float* ctx = a.take<float>(N * NH * Rkv, "mla attended latents");
-  float* heads = a.take<float>(N * NH * dv, "mla head outputs");
   float* omega = a.take<float>(N * IH, "indexer head weights");
+  float* qfull = a.take<float>(P * (NH * c_.qk_head_dim + IH * ID), "mla queries");
+  float* q_abs = a.take<float>(P * NH * Rkv, "mla absorbed queries");
+  float* ctx = a.take<float>(P * NH * Rkv, "mla attended latents");
+  float* heads = a.take<float>(P * NH * dv, "mla head outputs");
   const MlaAttendShape ashape = mla_shape(c_);
   const IndexerShape ishape = indexer_shape(c_, b_.lim.max_pools);
-  const int64_t pass = std::min<int64_t>(N, kSparseRowsPerPass);
+  const int64_t pass = std::min<int64_t>(P, kSparseRowsPerPass);
   const size_t attend_bytes = mla_attend_workspace_bytes(pass, ashape);
   const size_t select_bytes = indexer_select_workspace_bytes(pass, ishape);
   void* attend_ws = a.take<uint8_t>(attend_bytes, "mla attention workspace");
@@ -140,12 +146,6 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
     layer_norm_rows(in + m.col_wk, ld_in, N, ID, m.k_norm_w, m.k_norm_b, 1e-6f, in + m.col_wk, ld_in, s);
     linear_f32(m.weights_proj, b_.A, D, N, omega, IH, s);  // IH^−1/2 folded into the weight
   }
-  apply_linear(m.q_b, in, ld_in, N, qfull, ld_q, b_.staging, s);
-  // Absorption per head: q_abs[t][h] = W_kb,hᵀ·q[t][h] (one fp16 conversion per token row).
-  to_f16_rows(qfull, ld_q, N, NH * dn, b_.staging.xh, NH * dn, b_.staging.scale, s);
-  linear_f16_batched(m.kb_t, NH, m.kb_t_stride, b_.staging.xh, NH * dn, dn, b_.staging.scale, 0, N, q_abs, NH * Rkv,
-                     Rkv, s);
-
   const SparseCacheLayer& cache = pool_.sparse(l);
   const SparseCacheGeometry& geom = pool_.geometry();
   const SparseTables tables = pool_.tables();
@@ -153,19 +153,34 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
   op_mark(prof_, "mla cache + indexer", s);
   sparse_cache_append(cache, geom, tables, rows, in + m.col_kv, ld_in, m.own_indexer ? in + m.col_wk : nullptr,
                       m.own_indexer ? in + m.col_gate : nullptr, ld_in, s);
-  if (m.own_indexer) {
-    indexer_pool_keys(cache, geom, tables, rows, m.ape, s);
-    indexer_select(ishape, cache, tables, rows, qfull + m.col_qI, ld_q, omega, IH, b_.sel_pools, b_.sel_count,
-                   select_ws, select_bytes, s);
+  if (m.own_indexer) indexer_pool_keys(cache, geom, tables, rows, m.ape, s);
+  const int64_t Bp = ishape.pool_budget;
+  for (int64_t r0 = 0; r0 < N; r0 += P) {
+    const int64_t n = std::min(P, N - r0);
+    const SparseRows part{b_.slot + r0, b_.pos + r0, n};
+    int32_t* sel_pools = b_.sel_pools + r0 * Bp;
+    int32_t* sel_count = b_.sel_count + r0;
+    op_mark(prof_, "mla projections", s);
+    apply_linear(m.q_b, in + r0 * ld_in, ld_in, n, qfull, ld_q, b_.staging, s);
+    // Absorption per head: q_abs[t][h] = W_kb,hᵀ·q[t][h] (one fp16 conversion per token row).
+    to_f16_rows(qfull, ld_q, n, NH * dn, b_.staging.xh, NH * dn, b_.staging.scale, s);
+    linear_f16_batched(m.kb_t, NH, m.kb_t_stride, b_.staging.xh, NH * dn, dn, b_.staging.scale, 0, n, q_abs,
+                       NH * Rkv, Rkv, s);
+    if (m.own_indexer) {
+      op_mark(prof_, "mla cache + indexer", s);
+      // Shared-indexer layers after this one read these rows of sel_pools/sel_count.
+      indexer_select(ishape, cache, tables, part, qfull + m.col_qI, ld_q, omega + r0 * IH, IH, sel_pools, sel_count,
+                     select_ws, select_bytes, s);
+    }
+    op_mark(prof_, "mla attention", s);
+    mla_attend(ashape, cache, geom, tables, part, sel_pools, sel_count, q_abs, ctx, attend_ws, attend_bytes, s);
+    op_mark(prof_, "mla values + o_proj", s);
+    // Value expansion per head, then o_proj.
+    to_f16_rows(ctx, NH * Rkv, n, NH * Rkv, b_.staging.xh, NH * Rkv, b_.staging.scale, s);
+    linear_f16_batched(m.vb, NH, m.vb_stride, b_.staging.xh, NH * Rkv, Rkv, b_.staging.scale, 0, n, heads, NH * dv,
+                       dv, s);
+    apply_linear(m.o, heads, NH * dv, n, b_.O + r0 * D, D, b_.staging, s);
   }
-  op_mark(prof_, "mla attention", s);
-  mla_attend(ashape, cache, geom, tables, rows, b_.sel_pools, b_.sel_count, q_abs, ctx, attend_ws, attend_bytes, s);
-  op_mark(prof_, "mla values + o_proj", s);
-  // Value expansion per head, then o_proj.
-  to_f16_rows(ctx, NH * Rkv, N, NH * Rkv, b_.staging.xh, NH * Rkv, b_.staging.scale, s);
-  linear_f16_batched(m.vb, NH, m.vb_stride, b_.staging.xh, NH * Rkv, Rkv, b_.staging.scale, 0, N, heads, NH * dv, dv,
-                     s);
-  apply_linear(m.o, heads, NH * dv, N, b_.O, D, b_.staging, s);
 }
 
 void ForwardPass::mlp(const MlpGpu& g, int64_t N, float* out, LinearStore store, cudaStream_t s) {
@@ -192,7 +207,10 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   d.active = a.take<int32_t>(ds.active, "moe active experts");
   d.n_active = a.take<int32_t>(ds.n_active, "moe active count");
   float* Y = a.take<float>(N * TK * D, "expert outputs");
-  void* ws = a.take<uint8_t>(moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im), "expert workspace");
+  // The dense grouped kernel's workspace only where that kernel runs (VRAM-resident dense experts).
+  const bool dense = m.local_experts && !m.exl3_experts;
+  void* ws = dense ? a.take<uint8_t>(moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im), "expert workspace")
+                   : nullptr;
 
   op_mark(prof_, "moe router", s);
   linear_f32(m.router, b_.A, D, N, logits, E, s);

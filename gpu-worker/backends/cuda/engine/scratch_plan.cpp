@@ -44,7 +44,7 @@ IndexerShape indexer_shape(const ModelConfig& c, int64_t max_pools) {
   return s;
 }
 
-ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools) {
+ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools, bool dense_experts) {
   ScratchNeeds n;
   const int64_t Q = c.linear_dim(), dl = c.linear_head_dim, H = c.linear_num_heads;
   {  // kda: Z, r, gate, conv, g, beta, o, normed (forward.cpp: run_kda)
@@ -67,13 +67,14 @@ ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools) {
     const int64_t Rq = c.q_lora_rank, Rkv = c.kv_lora_rank, NH = c.num_attention_heads, ID = c.index_head_dim;
     const int64_t IH = c.index_n_heads;
     Count m;
+    const int64_t P = std::min<int64_t>(T, kMlaRowsPerPass);
     m.take<float>(T * (Rq + Rkv + 2 * ID));
-    m.take<float>(T * (NH * c.qk_head_dim + IH * ID));
-    m.take<float>(T * NH * Rkv);
-    m.take<float>(T * NH * Rkv);
-    m.take<float>(T * NH * c.v_head_dim);
     m.take<float>(T * IH);
-    const int64_t pass = std::min<int64_t>(T, kSparseRowsPerPass);
+    m.take<float>(P * (NH * c.qk_head_dim + IH * ID));
+    m.take<float>(P * NH * Rkv);
+    m.take<float>(P * NH * Rkv);
+    m.take<float>(P * NH * c.v_head_dim);
+    const int64_t pass = std::min<int64_t>(P, kSparseRowsPerPass);
     m.take<uint8_t>(static_cast<int64_t>(mla_attend_workspace_bytes(pass, mla_shape(c))));
     m.take<uint8_t>(static_cast<int64_t>(indexer_select_workspace_bytes(pass, indexer_shape(c, max_pools))));
     n.mla = m.bytes;
@@ -96,7 +97,7 @@ ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools) {
     m.take<int32_t>(ds.active);
     m.take<int32_t>(ds.n_active);
     m.take<float>(T * TK * D);
-    m.take<uint8_t>(static_cast<int64_t>(moe_dense_workspace_bytes(T, static_cast<int>(TK), D, Im)));
+    if (dense_experts) m.take<uint8_t>(static_cast<int64_t>(moe_dense_workspace_bytes(T, static_cast<int>(TK), D, Im)));
     m.take<float>(T * 2 * Is);
     n.moe = m.bytes;
   }

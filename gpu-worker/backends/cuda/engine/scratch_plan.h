@@ -17,8 +17,13 @@ struct ScratchNeeds {
 // Rows per pass of the MLA attention and indexer selection (their workspaces hold this many
 // rows; longer steps run in passes).
 constexpr int64_t kSparseRowsPerPass = 256;
+// Rows per pass of MLA's per-row chain (queries → absorption → attention → values → o_proj):
+// its wide buffers hold this many rows, not a whole prefill chunk.
+constexpr int64_t kMlaRowsPerPass = 1024;
 
-ScratchNeeds scratch_needs(const ModelConfig& c, int64_t tokens, int64_t max_pools);
+// dense_experts: the routed experts run through the dense grouped kernel (its workspace is taken
+// only then).
+ScratchNeeds scratch_needs(const ModelConfig& c, int64_t tokens, int64_t max_pools, bool dense_experts = true);
 
 // Shapes the sparse kernels are called with (also used by forward.cpp).
 struct MlaAttendShape;

@@ -68,7 +68,9 @@ void lay_out(const DeviceModel& m, const StepLimits& lim, F&& put) {
   put("logits", R * c.vocab_size * 4);
   put("exl3_ws", static_cast<int64_t>(exl3_linear_ws(m, std::max(T, R))));
   put("exl3_moe_ws", static_cast<int64_t>(exl3_moe_ws(m, T)));
-  put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools).max()));
+  bool dense_experts = false;
+  for (const LayerGpu& L : m.layers) dense_experts |= L.moe && L.moe->local_experts && !L.moe->exl3_experts;
+  put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools, dense_experts).max()));
 }
 
 }  // namespace
