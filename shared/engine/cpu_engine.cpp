@@ -1,6 +1,7 @@
 #include "shared/engine/cpu_engine.h"
 
 #include "shared/sampling/logprobs.h"
+#include "shared/sampling/token_constraint.h"
 
 namespace ft {
 
@@ -81,7 +82,11 @@ void CpuEngine::step(std::span<const StepItem> items, std::vector<StepResult>& r
     std::vector<float> last(fwd[i].logits.end() - V, fwd[i].logits.end());
     std::vector<float> raw;
     if (s.spec.logprobs || s.spec.top_logprobs > 0) raw = last;
+    // Constraint mask and logit bias before penalties, temperature and the filters; logprobs
+    // stay those of the model's raw distribution.
+    if (s.spec.constraint) apply_constraint(last, *s.spec.constraint, mask_words_);
     r.token = s.sampler.sample(last, s.history);
+    if (s.spec.constraint) s.spec.constraint->accept(r.token);
     if (!raw.empty()) {
       TokenLogprobs lp = token_logprobs(raw, r.token, s.spec.top_logprobs);
       r.logprob = lp.chosen;

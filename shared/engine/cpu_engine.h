@@ -23,6 +23,7 @@ class CpuEngine final : public Engine {
 
   const ModelConfig& config() const override { return ref_.config(); }
   int max_sequences() const override { return max_sequences_; }
+  bool supports_constraints() const override { return true; }
   uint64_t open(const SequenceSpec& spec) override;
   void close(uint64_t seq) override;
   void step(std::span<const StepItem> items, std::vector<StepResult>& results) override;
@@ -45,6 +46,7 @@ class CpuEngine final : public Engine {
   int max_sequences_;
   PrefixCacheOptions pc_;
   StateSnapshots snapshots_;
+  std::vector<uint32_t> mask_words_;  // scratch for constraint masks
   uint64_t next_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
 };

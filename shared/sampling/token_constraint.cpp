@@ -5,7 +5,7 @@
 
 namespace ft {
 
-TokenConstraint::TokenConstraint(ConstraintOptions o, std::unique_ptr<TokenMatcher> grammar)
+TokenConstraint::TokenConstraint(ConstraintOptions o, std::shared_ptr<TokenMatcher> grammar)
     : o_(std::move(o)), grammar_(std::move(grammar)) {}
 
 bool TokenConstraint::mask(std::span<uint32_t> words) {

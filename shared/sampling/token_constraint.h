@@ -38,7 +38,7 @@ struct ConstraintOptions {
 
 class TokenConstraint {
  public:
-  TokenConstraint(ConstraintOptions o, std::unique_ptr<TokenMatcher> grammar);
+  TokenConstraint(ConstraintOptions o, std::shared_ptr<TokenMatcher> grammar);
 
   size_t words() const { return (o_.vocab_size + 31) / 32; }
   bool mask(std::span<uint32_t> words);
@@ -53,7 +53,7 @@ class TokenConstraint {
 
  private:
   ConstraintOptions o_;
-  std::unique_ptr<TokenMatcher> grammar_;
+  std::shared_ptr<TokenMatcher> grammar_;
   uint32_t generated_ = 0;
   bool broken_ = false;
 };
