@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "shared/engine/engine.h"
+#include "shared/engine/helper_thread.h"
 #include "shared/engine/reference_engine.h"
 #include "shared/engine/state_snapshots.h"
 
@@ -46,7 +47,7 @@ class CpuEngine final : public Engine {
   int max_sequences_;
   PrefixCacheOptions pc_;
   StateSnapshots snapshots_;
-  std::vector<uint32_t> mask_words_;  // scratch for constraint masks
+  HelperThread helper_;  // constraint masks, while the forward pass runs
   uint64_t next_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
 };

@@ -55,13 +55,22 @@ int32_t Matcher::push_stack(int32_t ret, int32_t parent) {
 
 int32_t Matcher::closure(std::vector<Config>& work) {
   const auto& nodes = pda_->nodes();
-  std::unordered_set<Config> seen;
+  // Closures are small: a sorted-on-demand vector beats a hash set. Large ones switch to a set.
+  seen_.clear();
+  std::unordered_set<Config> big;
+  auto first_visit = [&](Config c) {
+    if (!big.empty()) return big.insert(c).second;
+    if (std::find(seen_.begin(), seen_.end(), c) != seen_.end()) return false;
+    seen_.push_back(c);
+    if (seen_.size() > 64) big.insert(seen_.begin(), seen_.end());
+    return true;
+  };
   std::vector<Config> kernel;
   bool accepting = false;
   while (!work.empty()) {
     const Config c = work.back();
     work.pop_back();
-    if (!seen.insert(c).second) continue;
+    if (!first_visit(c)) continue;
     const int32_t n = node_of(c), st = stack_of(c);
     const PdaNode& pn = nodes[size_t(n)];
     if (pn.consumes) kernel.push_back(c);
@@ -88,7 +97,7 @@ int32_t Matcher::intern(std::vector<Config> kernel, bool accepting) {
   if (auto it = index.find(kernel); it != index.end()) return it->second;
   const int32_t id = int32_t(sets_.size());
   index.emplace(kernel, id);
-  sets_.push_back(SetInfo{std::move(kernel), accepting, -1});
+  sets_.push_back(SetInfo{std::move(kernel), accepting, -1, -1});
   stats_.sets = sets_.size();
   return id;
 }
@@ -109,11 +118,23 @@ int32_t Matcher::compute_step_byte(int32_t set, uint8_t b) {
   }
   const auto& nodes = pda_->nodes();
   const auto& bsets = pda_->byte_sets();
-  std::vector<Config> seeds;
+  seeds_.clear();
   for (Config c : sets_[size_t(set)].configs)
     for (const PdaEdge& e : nodes[size_t(node_of(c))].edges)
-      if (e.kind == PdaEdge::Byte && bsets[size_t(e.arg)].test(b)) seeds.push_back(config(e.target, stack_of(c)));
-  const int32_t r = seeds.empty() ? -1 : closure(seeds);
+      if (e.kind == PdaEdge::Byte && bsets[size_t(e.arg)].test(b)) seeds_.push_back(config(e.target, stack_of(c)));
+  int32_t r = -1;
+  if (!seeds_.empty()) {
+    std::sort(seeds_.begin(), seeds_.end());
+    seeds_.erase(std::unique(seeds_.begin(), seeds_.end()), seeds_.end());
+    auto it = seed_index_.find(seeds_);
+    if (it != seed_index_.end()) {
+      r = it->second;
+    } else {
+      std::vector<Config> key = seeds_;
+      r = closure(seeds_);
+      seed_index_.emplace(std::move(key), r);
+    }
+  }
   next_[size_t(sets_[size_t(set)].next) + b] = r;
   return r;
 }
@@ -139,6 +160,16 @@ void Matcher::compute_mask(int32_t set, std::vector<uint32_t>& words) {
   const uint32_t n = uint32_t(trie.size());
   for (uint32_t i = 1; i < n;) {
     const Vocabulary::Node& t = trie[i];
+    // A plain subtree the parent state survives whole: every token in it is allowed.
+    if (t.plain_height && plain_run(walk_[t.depth - 1u]) >= t.plain_height) {
+      const uint32_t end = vocab_->subtree_tokens_end(i);
+      for (uint32_t k = t.first_token; k < end; ++k) {
+        const uint32_t id = uint32_t(ids[k]);
+        words[id >> 5] |= 1u << (id & 31);
+      }
+      i = t.subtree_end;
+      continue;
+    }
     const int32_t s = step_byte(walk_[t.depth - 1u], t.byte);
     if (s < 0) {
       i = t.subtree_end;
@@ -158,6 +189,46 @@ void Matcher::compute_mask(int32_t set, std::vector<uint32_t>& words) {
         for (int32_t id : token_ids_[size_t(e.arg)]) words[size_t(id) >> 5] |= 1u << (id & 31);
 }
 
+// How many plain bytes (Vocabulary::is_plain) the set survives whatever they are: the length of
+// the chain set -> Y1 -> Y2 … where every plain byte leads from Y_k to the same live Y_{k+1}
+// (a JSON string's character loop: unbounded; with maxLength: the characters left). The chain's
+// sets get their own runs on the way.
+int Matcher::plain_run(int32_t set) {
+  if (sets_[size_t(set)].plain_run >= 0) return sets_[size_t(set)].plain_run;
+  static const std::vector<uint8_t> plain = [] {
+    std::vector<uint8_t> v;
+    for (int b = 0; b < 256; ++b)
+      if (Vocabulary::is_plain(uint8_t(b))) v.push_back(uint8_t(b));
+    return v;
+  }();
+  std::vector<int32_t> chain{set};
+  int run = 0;
+  while (run < 255) {
+    const int32_t y = chain.back();
+    if (sets_[size_t(y)].plain_run >= 0) {
+      run = std::min(255, int(chain.size()) - 1 + sets_[size_t(y)].plain_run);
+      chain.pop_back();
+      break;
+    }
+    const int32_t next = step_byte(y, plain[0]);
+    bool same = next >= 0;
+    for (size_t k = 1; same && k < plain.size(); ++k) same = step_byte(y, plain[k]) == next;
+    if (!same) {
+      run = int(chain.size()) - 1;
+      break;
+    }
+    if (next == y || std::find(chain.begin(), chain.end(), next) != chain.end()) {
+      run = 255;  // a loop: any number of plain bytes
+      break;
+    }
+    chain.push_back(next);
+    run = int(chain.size()) - 1;
+  }
+  for (size_t k = 0; k < chain.size(); ++k)
+    sets_[size_t(chain[k])].plain_run = int16_t(run == 255 ? 255 : std::max(0, run - int(k)));
+  return sets_[size_t(set)].plain_run;
+}
+
 void Matcher::reset_if_large() {
   if (sets_.size() <= kMaxSets) return;
   // Keep the current state only; everything else is a cache.
@@ -167,6 +238,7 @@ void Matcher::reset_if_large() {
   set_index_[1].clear();
   next_.clear();
   token_next_.clear();
+  seed_index_.clear();
   masks_.clear();
   mask_index_.clear();
   current_ = intern(std::move(cur.configs), cur.accepting);

@@ -49,6 +49,7 @@ class Matcher final : public TokenMatcher {
     std::vector<Config> configs;  // sorted
     bool accepting = false;
     int64_t next = -1;  // offset of its 256 byte transitions in next_, -1: none computed yet
+    int16_t plain_run = -1;  // plain bytes it survives (any of them, any order; 255: unbounded), -1 unknown
   };
   struct ConfigsHash {
     size_t operator()(const std::vector<Config>& v) const;
@@ -61,6 +62,7 @@ class Matcher final : public TokenMatcher {
   int32_t compute_step_byte(int32_t set, uint8_t b);
   int32_t step_token(int32_t set, int32_t grammar_token);
   void compute_mask(int32_t set, std::vector<uint32_t>& words);
+  int plain_run(int32_t set);
   void reset_if_large();
 
   std::shared_ptr<const Pda> pda_;
@@ -76,6 +78,11 @@ class Matcher final : public TokenMatcher {
   std::unordered_map<std::vector<Config>, int32_t, ConfigsHash> set_index_[2];  // by accepting
   std::vector<int32_t> next_;  // byte transitions: -2 unknown, -1 dead, else a set
   std::unordered_map<uint64_t, int32_t> token_next_;
+  // Closures by their seeds: most bytes of a character class lead to the same nodes, so one
+  // closure serves them all.
+  std::unordered_map<std::vector<Config>, int32_t, ConfigsHash> seed_index_;
+  std::vector<Config> seeds_;  // scratch
+  std::vector<Config> seen_;   // scratch of closure()
 
   // Masks by set, least recently used last.
   std::list<std::pair<int32_t, std::vector<uint32_t>>> masks_;

@@ -55,6 +55,25 @@ Vocabulary::Vocabulary(const std::vector<std::string>& bytes, const std::vector<
     open.push_back(i);
   }
   for (uint32_t o : open) trie_[o].subtree_end = uint32_t(trie_.size());
+  // Plain heights, children before parents (reverse preorder), parents from a depth stack.
+  std::vector<uint32_t> parent(trie_.size(), 0);
+  {
+    std::vector<uint32_t> at_depth{0};
+    for (uint32_t i = 1; i < trie_.size(); ++i) {
+      at_depth.resize(trie_[i].depth);
+      parent[i] = at_depth.back();
+      at_depth.push_back(i);
+    }
+  }
+  std::vector<uint8_t> plain(trie_.size(), 1);
+  std::vector<uint32_t> height(trie_.size(), 1);
+  for (uint32_t i = uint32_t(trie_.size()); i-- > 1;) {
+    plain[i] = plain[i] && is_plain(trie_[i].byte);
+    trie_[i].plain_height = plain[i] ? uint8_t(std::min<uint32_t>(height[i], 255)) : 0;
+    const uint32_t p = parent[i];
+    plain[p] = plain[p] && plain[i];
+    height[p] = std::max(height[p], height[i] + 1);
+  }
   for (size_t i = 0; i < trie_.size(); ++i) {
     trie_[i].first_token = uint32_t(token_ids_.size());
     trie_[i].n_tokens = uint32_t(ends[i].size());

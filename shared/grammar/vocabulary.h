@@ -30,6 +30,10 @@ class Vocabulary {
   // The trie, preorder. Node 0 is the root (depth 0, no byte).
   struct Node {
     uint8_t byte = 0;
+    // Plain subtrees: when this node and everything below it are plain bytes (is_plain), the
+    // longest path from the parent through it, in bytes (≤ 255); else 0. A state that survives
+    // any run of that many plain bytes allows the whole subtree without walking it.
+    uint8_t plain_height = 0;
     uint16_t depth = 0;
     uint32_t subtree_end = 0;  // one past the last node of this node's subtree
     uint32_t first_token = 0;  // tokens ending here: token_ids()[first_token, first_token + n_tokens)
@@ -37,6 +41,13 @@ class Vocabulary {
   };
   const std::vector<Node>& trie() const { return trie_; }
   const std::vector<int32_t>& token_ids() const { return token_ids_; }
+  // Tokens of node i's subtree: token_ids()[trie()[i].first_token, subtree_tokens_end(i)).
+  uint32_t subtree_tokens_end(uint32_t i) const {
+    const uint32_t e = trie_[i].subtree_end;
+    return e < trie_.size() ? trie_[e].first_token : uint32_t(token_ids_.size());
+  }
+  // The bytes most tokens are made of: ASCII letters, digits and space.
+  static bool is_plain(uint8_t b) { return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9') || b == ' '; }
   size_t max_depth() const { return max_depth_; }
 
   const std::string& bytes(int32_t id) const;  // empty for added tokens and unused ids

@@ -48,15 +48,35 @@ void TokenConstraint::accept(int32_t token) {
   }
 }
 
-void apply_constraint(std::span<float> logits, TokenConstraint& c, std::vector<uint32_t>& words) {
+void apply_bias(std::span<float> logits, const TokenConstraint& c) {
   const float ninf = -std::numeric_limits<float>::infinity();
   // OpenAI: -100 bans the token; anything else is added.
   for (const auto& [id, b] : c.bias())
     if (id >= 0 && size_t(id) < logits.size()) logits[size_t(id)] = b <= -100.0f ? ninf : logits[size_t(id)] + b;
+}
+
+void apply_constraint(std::span<float> logits, TokenConstraint& c, std::vector<uint32_t>& words) {
+  apply_bias(logits, c);
   words.resize(c.words());
-  if (!c.mask(words)) return;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (i >= words.size() * 32 || !((words[i >> 5] >> (i & 31)) & 1)) logits[i] = ninf;
+  if (c.mask(words)) apply_mask(logits, words);
+}
+
+void apply_mask(std::span<float> logits, std::span<const uint32_t> words) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const size_t full = std::min(logits.size() / 32, words.size());
+  for (size_t w = 0; w < full; ++w) {
+    const uint32_t bits = words[w];
+    if (bits == ~0u) continue;
+    float* row = logits.data() + w * 32;
+    if (bits == 0) {
+      std::fill(row, row + 32, ninf);
+      continue;
+    }
+    for (int j = 0; j < 32; ++j)
+      if (!((bits >> j) & 1)) row[j] = ninf;
+  }
+  for (size_t i = full * 32; i < logits.size(); ++i)
+    if (i / 32 >= words.size() || !((words[i >> 5] >> (i & 31)) & 1)) logits[i] = ninf;
 }
 
 }  // namespace ft

@@ -60,5 +60,10 @@ class TokenConstraint {
 
 // Host side of step 2: bias added, tokens outside the mask set to -inf. `words` is scratch.
 void apply_constraint(std::span<float> logits, TokenConstraint& c, std::vector<uint32_t>& words);
+// Its two halves, for an engine that computes the mask (mask()) while its forward pass runs.
+void apply_bias(std::span<float> logits, const TokenConstraint& c);
+// Logits of tokens outside `words` set to -inf (word-at-a-time: whole words of allowed or banned
+// tokens cost one test).
+void apply_mask(std::span<float> logits, std::span<const uint32_t> words);
 
 }  // namespace ft
