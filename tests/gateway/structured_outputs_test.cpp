@@ -2,8 +2,8 @@
 // made by flashtier-demo-model), the real gpu-worker (CPU backend) and the gateway, driven by real
 // clients in tests/gateway/js-structured: 200 generations over nested/array/enum/anyOf/format
 // schemas validated by ajv, named and required tool choice (streamed and not, with and without
-// parallel calls) with arguments validated by ajv, and the openai client's
-// chat.completions.parse with a zod schema. Skipped only where the gpu-worker is not built.
+// parallel calls) with arguments validated by ajv, the openai client's chat.completions.parse
+// with a zod schema, logit_bias (-100 bans, +100 forces) and min_tokens. Skipped only where the gpu-worker is not built.
 #include <cstdio>
 #include <filesystem>
 
@@ -85,12 +85,13 @@ TEST_F(StructuredOutputs, NamedAndRequiredToolChoiceYieldValidCalls) {
     EXPECT_GE(r["counts"].value(k, 0), 10) << k << " " << r["counts"].dump();
 }
 
-TEST_F(StructuredOutputs, OpenAiClientParsesWithZod) {
+TEST_F(StructuredOutputs, OpenAiClientParsesWithZodAndHonoursLogitBiasAndMinTokens) {
   const json r = run_section("parse");
   ASSERT_TRUE(r.is_object());
   EXPECT_TRUE(r["ok"].get<bool>()) << r["failures"].dump(2);
   EXPECT_EQ(r["counts"].value("parse", 0), 10) << r["counts"].dump();
-  for (const char* k : {"error-multipleOf", "error-contradiction", "error-min_tokens"}) EXPECT_EQ(r["counts"].value(k, 0), 1) << k;
+  for (const char* k : {"error-multipleOf", "error-contradiction", "error-min_tokens", "logit_bias-ban", "logit_bias-force", "min_tokens"})
+    EXPECT_EQ(r["counts"].value(k, 0), 1) << k << " " << r["counts"].dump();
 }
 
 }  // namespace

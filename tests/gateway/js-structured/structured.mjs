@@ -179,6 +179,24 @@ async function parseSection() {
     else if (!Person.safeParse(msg.parsed).success) failures.push({ what: "parse", error: "zod rejects", parsed: msg.parsed });
     else count("parse");
   }
+  // logit_bias and min_tokens through the OpenAI client (token ids via return_tokens_as_token_ids).
+  const ids = (r) => r.choices[0].logprobs.tokens.map((t) => Number(t.replace("token_id:", "")));
+  const complete = (extra) => client.completions.create({ model: "demo-model", prompt: "hello there", max_tokens: 4, temperature: 0,
+    logprobs: 0, return_tokens_as_token_ids: true, ignore_eos: true, ...extra });
+  const plain = ids(await complete({}));
+  const banned = ids(await complete({ logit_bias: { [plain[0]]: -100 } }));
+  if (banned.includes(plain[0])) failures.push({ what: "logit_bias -100", error: `token ${plain[0]} still sampled`, banned });
+  else count("logit_bias-ban");
+  const forced = ids(await complete({ logit_bias: { 100: 100 } }));
+  if (forced.some((t) => t !== 100)) failures.push({ what: "logit_bias +100", error: "not forced", forced });
+  else count("logit_bias-force");
+  const eos = (await post("/tokenize", { prompt: "<|endoftext|>" })).json.tokens[0];
+  const ended = await complete({ logit_bias: { [eos]: 100 }, ignore_eos: false, max_tokens: 20 });
+  const held = await complete({ logit_bias: { [eos]: 100 }, ignore_eos: false, max_tokens: 20, min_tokens: 6 });
+  if (ended.usage.completion_tokens !== 1 || held.usage.completion_tokens !== 7 || held.choices[0].finish_reason !== "stop")
+    failures.push({ what: "min_tokens", error: `EOS favoured: ${ended.usage.completion_tokens} tokens; with min_tokens 6: ${held.usage.completion_tokens} (${held.choices[0].finish_reason})` });
+  else count("min_tokens");
+
   // Errors the client sees: an unsupported keyword and a contradictory request.
   for (const [what, body, param] of [
     ["multipleOf", { response_format: { type: "json_schema", json_schema: { name: "n", schema: { type: "integer", multipleOf: 3 } } } }, "response_format.json_schema.schema"],
