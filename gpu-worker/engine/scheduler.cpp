@@ -144,6 +144,7 @@ void Scheduler::admit() {
       cached = 0;  // a cache that cannot restore only costs a cold prefill
     }
     running_.push_back(Sequence{std::move(r), handle, static_cast<size_t>(cached), static_cast<uint32_t>(cached)});
+    running_.back().constraint = spec.constraint;
     waiting_.pop_front();
   }
 }
@@ -268,13 +269,16 @@ std::optional<Outcome> Scheduler::emit(Sequence& s, StepResult& r) {
   ++s.generated;
   const bool eos = !p.ignore_eos && std::find(opts_.eos_token_ids.begin(), opts_.eos_token_ids.end(), tok) !=
                                         opts_.eos_token_ids.end();
-  const bool stop = eos || std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+  const bool stop_id = eos || std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+  // A grammar that is complete and admits nothing more ends the sequence here: only end ids
+  // could follow, and with ignore_eos there may be none.
+  const bool stop = stop_id || (s.constraint && s.constraint->complete());
   const bool length = s.generated >= p.max_new_tokens ||
                       static_cast<int64_t>(s.req.prompt.size() + s.generated) >= opts_.context_size;
   if (stop || length) {
     Outcome o;
     o.reason = stop ? Finish::Stop : Finish::Length;
-    o.stop_token = stop ? tok : -1;
+    o.stop_token = stop_id ? tok : -1;
     o.prompt_tokens = static_cast<uint32_t>(s.req.prompt.size());
     o.completion_tokens = s.generated;
     o.cached_tokens = s.cached;

@@ -62,6 +62,7 @@ class Scheduler {
     uint32_t cached = 0;  // prompt tokens restored from the prefix cache
     uint32_t generated = 0;
     int32_t pending = -1;  // last sampled token, fed at the next step
+    std::shared_ptr<TokenConstraint> constraint;  // what the engine masks with (null: nothing)
   };
   void loop();
   void admit();  // waiting → running while the engine accepts them (called with m_ held)

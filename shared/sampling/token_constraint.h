@@ -47,6 +47,9 @@ class TokenConstraint {
 
   uint32_t generated() const { return generated_; }
   bool has_grammar() const { return grammar_ != nullptr; }
+  // The grammar is complete and nothing can follow: the sequence is done (the scheduler stops it
+  // without waiting for an end token).
+  bool complete() const { return grammar_ && !broken_ && grammar_->accepting() && !grammar_->can_continue(); }
   // A token the grammar refused was sampled anyway (an engine that ignored the mask): the
   // grammar stops constraining and the sequence runs on unconstrained.
   bool broken() const { return broken_; }

@@ -38,10 +38,10 @@ class ConstrainedService : public ft::worker::testing::WorkerServiceTest {
     o.status = reader->Finish();
     return o;
   }
-  // The text of the output without its final end token.
+  // The text of the output without its final end token (none when the constraint ended it).
   static std::string text(const Out& o) {
     std::vector<int32_t> ids = o.ids;
-    if (o.last.finish_reason() == pb::FINISH_REASON_STOP && !ids.empty()) ids.pop_back();
+    if (o.last.finish_reason() == pb::FINISH_REASON_STOP && o.last.stop_token_id() >= 0 && !ids.empty()) ids.pop_back();
     return core_->tokenizer()->decode(ids);
   }
   static pb::GenerateRequest request(uint32_t max_new, uint64_t seed) {
@@ -141,4 +141,16 @@ TEST_F(ConstrainedService, BadConstraintsAreInvalidArgument) {
   r.clear_logit_bias();
   r.set_min_tokens(9);
   EXPECT_EQ(status_of(r).error_message(), "min_tokens (9) is more than max_new_tokens (8)");
+}
+
+TEST_F(ConstrainedService, ACompleteConstraintEndsTheSequenceEvenWithIgnoreEos) {
+  pb::GenerateRequest r = request(40, 5);
+  r.set_ignore_eos(true);  // no end id could be sampled
+  r.mutable_constraint()->set_regex("[a-z]{4}!");
+  const Out o = run(r);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  EXPECT_EQ(o.last.finish_reason(), pb::FINISH_REASON_STOP);
+  EXPECT_EQ(o.last.stop_token_id(), -1);
+  EXPECT_TRUE(std::regex_match(text(o), std::regex("[a-z]{4}!"))) << text(o);
+  EXPECT_LE(o.ids.size(), 5u);
 }
