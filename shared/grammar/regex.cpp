@@ -236,14 +236,12 @@ CodepointSet parse_char_class(std::string_view s, size_t& pos) {
   bool negate = false;
   if (pos < s.size() && s[pos] == '^') negate = true, ++pos;
   CodepointSet set;
-  bool first = true;
   for (;;) {
     if (pos >= s.size()) fail(at, "unterminated character class");
-    if (s[pos] == ']' && !(first && false)) {
+    if (s[pos] == ']') {  // as in ECMAScript, "[]" is the empty class and "[^]" any character
       ++pos;
       break;
     }
-    first = false;
     // One item: a character, an escape, or a range of two characters.
     auto item = [&](bool& single, char32_t& cp) -> CodepointSet {
       if (s[pos] == '\\') {
