@@ -66,7 +66,7 @@ ChoiceStep ChoiceOutput::push(const v1::GenerateResponse& msg) {
         consume(*held_, step);
       }
       held_.reset();
-    } else if (msg.finish_reason() == v1::FINISH_REASON_STOP && msg.stop_token_id() != 0) {
+    } else if (msg.finish_reason() == v1::FINISH_REASON_STOP && msg.stop_token_id() > 0) {  // -1: a completed constraint
       stop_token_ = msg.stop_token_id();
     }
     finish_text(step);

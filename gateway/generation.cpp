@@ -336,6 +336,7 @@ GenerationPlan make_plan(const App& app, const CommonFields& c, const std::vecto
       r.set_ignore_eos(c.ignore_eos);
       r.set_logprobs(c.logprobs);
       r.set_top_logprobs(c.logprobs ? static_cast<uint32_t>(c.top_logprobs) : 0);
+      to_proto(c.constraint, r);
       plan.requests.push_back(std::move(r));
       ChoiceOutput::Options o;
       o.skip_special_tokens = c.skip_special_tokens;

@@ -465,6 +465,8 @@ std::unique_ptr<PreparedChat> prepare_chat_spec(App& app, ChatSpec spec_in, cons
   for (const char* t : {"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"})
     if (auto id = tok.token_to_id(t)) keep.insert(*id);
   p->parse.starts_in_reasoning = !ids.empty() && app.model->think_id() >= 0 && ids.back() == app.model->think_id();
+  // A constraint applies to what follows the reasoning when the prompt leaves the model inside it.
+  p->spec.constraint.source.after_reasoning = p->parse.starts_in_reasoning;
   p->parse.parse_tool_calls = spec.has_tools;
   if (spec.has_tools) p->parse.schemas = text::ToolSchemas::from_openai_tools_json(spec.tools_json);
   p->id = new_request_id(app, id_prefix);

@@ -60,8 +60,8 @@ void parse_stop(const json& j, CommonFields& c, const std::string& prefix, const
   if (const json* v = field(j, "skip_special_tokens")) c.skip_special_tokens = boolean(*v, prefix + "skip_special_tokens");
   if (const json* v = field(j, "include_stop_str_in_output"))
     c.include_stop_str = boolean(*v, prefix + "include_stop_str_in_output");
-  if (const json* v = field(j, "min_tokens"))
-    if (integer(*v, prefix + "min_tokens", 0, INT32_MAX) != 0) unsupported(prefix + "min_tokens", "'min_tokens' is not supported");
+  for (const char* k : {"min_tokens", "min_new_tokens"})  // the second is SGLang's name
+    if (const json* v = field(j, k)) c.constraint.min_tokens = static_cast<uint32_t>(integer(*v, prefix + k, 0, INT32_MAX));
 }
 
 void parse_common(const json& j, CommonFields& c, const SchemaLimits& lim) {
@@ -85,10 +85,7 @@ void parse_common(const json& j, CommonFields& c, const SchemaLimits& lim) {
     }
   }
   if (const json* v = field(j, "user")) c.user = string(*v, "user");
-  if (const json* v = field(j, "logit_bias")) {
-    if (!v->is_object()) bad("logit_bias", "'logit_bias' must be an object, got " + type_name(*v));
-    if (!v->empty()) unsupported("logit_bias", "'logit_bias' is not supported by this server");
-  }
+  if (const json* v = field(j, "logit_bias")) read_logit_bias(*v, "logit_bias", lim.vocab_size, c.constraint);
   if (const json* v = field(j, "return_tokens_as_token_ids")) c.tokens_as_ids = boolean(*v, "return_tokens_as_token_ids");
 }
 
@@ -249,6 +246,8 @@ CompletionSpec parse_completion_request(std::string_view body, const SchemaLimit
     s.top_logprobs = int(integer(*v, "logprobs", 0, 20));
   }
   if (const json* v = field(j, "echo")) s.echo = boolean(*v, "echo");
+  if (const json* v = field(j, "response_format")) read_response_format(*v, s.constraint);
+  check_constraint(s.constraint, *s.max_tokens, "max_tokens");
   if (s.echo && s.logprobs) unsupported("echo", "'echo' together with 'logprobs' (prompt logprobs) is not supported");
   if (const json* v = field(j, "suffix")) {
     string(*v, "suffix");
@@ -278,12 +277,7 @@ ChatSpec parse_chat_request(std::string_view body, const SchemaLimits& lim) {
   if (field(j, "functions") || field(j, "function_call"))
     unsupported(field(j, "functions") ? "functions" : "function_call",
                 "'functions'/'function_call' are deprecated and not supported; use 'tools' and 'tool_choice'");
-  if (const json* v = field(j, "response_format")) {
-    if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
-      bad("response_format", "'response_format' must be an object with a string 'type'");
-    std::string t = (*v)["type"].get<std::string>();
-    if (t != "text") unsupported("response_format", "'response_format' of type '" + t + "' is not supported");
-  }
+  if (const json* v = field(j, "response_format")) read_response_format(*v, s.constraint);
   if (const json* v = field(j, "modalities")) {
     if (!v->is_array()) bad("modalities", "'modalities' must be an array");
     for (const auto& x : *v)
@@ -346,7 +340,11 @@ ChatSpec parse_chat_request(std::string_view body, const SchemaLimits& lim) {
   if (s.has_tools) {  // tool_choice "none" drops the tools from the prompt
     tr["tools"] = tools;
     s.tools_json = tools.dump(-1, ' ', false, json::error_handler_t::replace);
+    // Enforced by a grammar over GLM's tool-call format, not checked after the fact.
+    if (s.tool_choice == ToolChoice::Required || s.tool_choice == ToolChoice::Named)
+      set_tool_choice(s.constraint, s.tools_json, s.tool_choice == ToolChoice::Named ? s.tool_name : "", !s.parallel_tool_calls);
   }
+  check_constraint(s.constraint, s.max_tokens.value_or(0), field(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
   if (effort) tr["reasoning_effort"] = *effort;
   if (!kwargs.empty()) tr["chat_template_kwargs"] = kwargs;
   s.template_request = tr.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -383,8 +381,8 @@ SglangSpec parse_sglang_generate(std::string_view body, const SchemaLimits& lim)
       s.max_tokens = static_cast<uint32_t>(integer(*v, pre + "max_new_tokens", 0, INT32_MAX));
     if (const json* v = field(*sp, "n"))
       if (integer(*v, pre + "n", 1, 1) != 1) unsupported(pre + "n", "'sampling_params.n' other than 1 is not supported");
-    for (const char* k : {"json_schema", "regex", "ebnf", "structural_tag"})
-      if (field(*sp, k)) unsupported(pre + k, std::string("constrained decoding ('") + k + "') is not supported");
+    read_sglang_constraint(*sp, pre, s.constraint);
+    check_constraint(s.constraint, s.max_tokens.value_or(0), pre + "max_new_tokens");
   }
   return s;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gateway/api_error.h"
+#include "gateway/constraint_fields.h"
 
 namespace ft::gateway {
 
@@ -45,6 +46,7 @@ struct CommonFields {
   int top_logprobs = 0;
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids
   std::string user;
+  ConstraintFields constraint;  // response_format / tool_choice / SGLang grammars, logit_bias, min_tokens
 };
 
 struct CompletionSpec : CommonFields {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shared/sampling/sampler.h"
+#include "shared/sampling/token_constraint.h"
 
 namespace ft::worker {
 
@@ -23,6 +24,11 @@ struct GenerationParams {
   bool ignore_eos = false;
   bool logprobs = false;
   uint32_t top_logprobs = 0;
+  // Constraints (the scheduler combines them into the sequence's TokenConstraint).
+  std::shared_ptr<TokenMatcher> grammar;  // null: none
+  uint32_t min_tokens = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  bool constrained() const { return grammar || min_tokens > 0 || !logit_bias.empty(); }
 };
 
 struct TokenEvent {

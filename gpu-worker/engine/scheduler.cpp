@@ -44,6 +44,7 @@ void Scheduler::submit(Request r) {
                           std::to_string(n) + " prompt tokens + " + std::to_string(r.params.max_new_tokens) +
                           " new tokens were requested");
   if (r.params.top_logprobs > 20) throw SubmitError(SubmitError::InvalidArgument, "top_logprobs must be at most 20");
+  check_constraints(r.params, c.vocab_size);
   const int64_t most = engine_.max_tokens_per_sequence();
   if (n + static_cast<int64_t>(r.params.max_new_tokens) > most)
     throw SubmitError(SubmitError::ResourceExhausted,
@@ -69,6 +70,36 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
+void Scheduler::check_constraints(const GenerationParams& p, int64_t vocab) const {
+  if (!p.constrained()) return;
+  if (!engine_.supports_constraints())
+    throw SubmitError(SubmitError::InvalidArgument,
+                      "constraints (grammar, min_tokens, logit_bias) are not supported by this worker's backend yet");
+  for (const auto& [id, b] : p.logit_bias) {
+    if (id < 0 || id >= vocab)
+      throw SubmitError(SubmitError::InvalidArgument, "logit_bias token id " + std::to_string(id) +
+                                                          " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    if (!(b >= -100.0f && b <= 100.0f))
+      throw SubmitError(SubmitError::InvalidArgument, "logit_bias values must be in [-100, 100], got " + std::to_string(b) +
+                                                          " for token " + std::to_string(id));
+  }
+  if (p.min_tokens > p.max_new_tokens)
+    throw SubmitError(SubmitError::InvalidArgument, "min_tokens (" + std::to_string(p.min_tokens) +
+                                                        ") is more than max_new_tokens (" +
+                                                        std::to_string(p.max_new_tokens) + ")");
+}
+
+std::shared_ptr<TokenConstraint> Scheduler::make_constraint(const GenerationParams& p) const {
+  if (!p.constrained()) return nullptr;
+  ConstraintOptions o;
+  o.vocab_size = static_cast<size_t>(engine_.config().vocab_size);
+  if (!p.ignore_eos) o.end_ids = opts_.eos_token_ids;
+  o.end_ids.insert(o.end_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+  o.min_tokens = p.min_tokens;
+  o.logit_bias = p.logit_bias;
+  return std::make_shared<TokenConstraint>(std::move(o), p.grammar);
+}
+
 void Scheduler::finish(std::list<Sequence>::iterator it, bool keep) {
   if (keep) engine_.keep_prefix(it->handle);
   engine_.close(it->handle);
@@ -83,6 +114,7 @@ void Scheduler::admit() {
     spec.logprobs = r.params.logprobs;
     spec.top_logprobs = static_cast<int32_t>(r.params.top_logprobs);
     spec.max_tokens = static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens;
+    spec.constraint = make_constraint(r.params);
     uint64_t handle = 0;
     try {
       handle = engine_.open(spec);
@@ -112,6 +144,7 @@ void Scheduler::admit() {
       cached = 0;  // a cache that cannot restore only costs a cold prefill
     }
     running_.push_back(Sequence{std::move(r), handle, static_cast<size_t>(cached), static_cast<uint32_t>(cached)});
+    running_.back().constraint = spec.constraint;
     waiting_.pop_front();
   }
 }
@@ -236,13 +269,16 @@ std::optional<Outcome> Scheduler::emit(Sequence& s, StepResult& r) {
   ++s.generated;
   const bool eos = !p.ignore_eos && std::find(opts_.eos_token_ids.begin(), opts_.eos_token_ids.end(), tok) !=
                                         opts_.eos_token_ids.end();
-  const bool stop = eos || std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+  const bool stop_id = eos || std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+  // A grammar that is complete and admits nothing more ends the sequence here: only end ids
+  // could follow, and with ignore_eos there may be none.
+  const bool stop = stop_id || (s.constraint && s.constraint->complete());
   const bool length = s.generated >= p.max_new_tokens ||
                       static_cast<int64_t>(s.req.prompt.size() + s.generated) >= opts_.context_size;
   if (stop || length) {
     Outcome o;
     o.reason = stop ? Finish::Stop : Finish::Length;
-    o.stop_token = stop ? tok : -1;
+    o.stop_token = stop_id ? tok : -1;
     o.prompt_tokens = static_cast<uint32_t>(s.req.prompt.size());
     o.completion_tokens = s.generated;
     o.cached_tokens = s.cached;

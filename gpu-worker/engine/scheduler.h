@@ -62,6 +62,7 @@ class Scheduler {
     uint32_t cached = 0;  // prompt tokens restored from the prefix cache
     uint32_t generated = 0;
     int32_t pending = -1;  // last sampled token, fed at the next step
+    std::shared_ptr<TokenConstraint> constraint;  // what the engine masks with (null: nothing)
   };
   void loop();
   void admit();  // waiting → running while the engine accepts them (called with m_ held)
@@ -71,6 +72,11 @@ class Scheduler {
   // Closes the engine's sequence (m_ held); `keep`: a request that ran to its end leaves its
   // state to the prefix cache.
   void finish(std::list<Sequence>::iterator it, bool keep = false);
+  // logit_bias ids and values, min_tokens against max_new_tokens, an engine that can mask.
+  void check_constraints(const GenerationParams& p, int64_t vocab) const;
+  // The sequence's TokenConstraint (null when nothing constrains it): grammar, min_tokens and
+  // logit_bias with the end ids this request stops on.
+  std::shared_ptr<TokenConstraint> make_constraint(const GenerationParams& p) const;
 
   Engine& engine_;
   const SchedulerOptions opts_;

@@ -1,5 +1,7 @@
 #include "gpu-worker/service/generation_service.h"
 
+#include "gpu-worker/service/constraint_request.h"
+
 #include <atomic>
 #include <chrono>
 
@@ -41,6 +43,7 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const pb::Gen
   r.params.ignore_eos = req->ignore_eos();
   r.params.logprobs = req->logprobs();
   r.params.top_logprobs = req->top_logprobs();
+  if (grpc::Status s = read_constraints(*req, core_, r.params); !s.ok()) return s;
   std::shared_ptr<RequestStream> stream = r.stream;
   try {
     core_.scheduler().submit(std::move(r));

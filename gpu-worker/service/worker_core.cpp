@@ -113,4 +113,11 @@ std::string WorkerCore::model_name() const {
                                                                : fs::path(opts_.model_dir).filename().string();
 }
 
+std::shared_ptr<const grammar::Vocabulary> WorkerCore::vocabulary() const {
+  std::call_once(vocab_once_, [&] {
+    if (tokenizer_) vocab_ = grammar::Vocabulary::from_tokenizer(*tokenizer_, static_cast<size_t>(config().vocab_size));
+  });
+  return vocab_;
+}
+
 }  // namespace ft::worker

@@ -14,6 +14,7 @@
 #include "shared/engine/engine.h"
 #include "shared/engine/expert_backend.h"
 #include "shared/engine/weights.h"
+#include "shared/grammar/vocabulary.h"
 #include "shared/text/tokenizer.h"
 
 namespace ft::worker {
@@ -52,12 +53,17 @@ class WorkerCore {
   Engine& engine() { return *engine_; }
   const text::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
   const std::vector<int32_t>& eos_token_ids() const { return eos_; }
+  // The tokenizer's vocabulary for grammar constraints, built on first use (null without a
+  // tokenizer). Ids run to the model's vocab_size.
+  std::shared_ptr<const grammar::Vocabulary> vocabulary() const;
   const WorkerOptions& options() const { return opts_; }
   int64_t context_size() const { return opts_.scheduler.context_size; }
   std::string model_name() const;
 
  private:
   void load();
+  mutable std::once_flag vocab_once_;
+  mutable std::shared_ptr<const grammar::Vocabulary> vocab_;
   WorkerOptions opts_;
   std::atomic<State> state_{State::Loading};
   mutable std::mutex m_;

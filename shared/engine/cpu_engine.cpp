@@ -1,6 +1,7 @@
 #include "shared/engine/cpu_engine.h"
 
 #include "shared/sampling/logprobs.h"
+#include "shared/sampling/token_constraint.h"
 
 namespace ft {
 
@@ -57,7 +58,37 @@ void CpuEngine::step(std::span<const StepItem> items, std::vector<StepResult>& r
     fwd.push_back({&seqs_.at(it.seq)->state, split[i] ? it.tokens.last(1) : it.tokens,
                    it.logits == LogitsWanted::All, {}});
   }
-  ref_.forward(fwd);
+  // Constraint masks depend only on the tokens sampled so far, so they are computed on a helper
+  // thread while the forward pass runs; sampling waits for them.
+  std::vector<std::vector<uint32_t>> masks(items.size());
+  std::vector<uint8_t> masked(items.size(), 0);
+  bool masking = false;
+  {
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (items[i].sample && seqs_.at(items[i].seq)->spec.constraint) todo.push_back(i);
+    masking = !todo.empty();
+    if (masking)
+      helper_.start([&, todo] {
+        for (size_t i : todo) {
+          TokenConstraint& c = *seqs_.at(items[i].seq)->spec.constraint;
+          masks[i].resize(c.words());
+          masked[i] = c.mask(masks[i]) ? 1 : 0;
+        }
+      });
+  }
+  try {
+    ref_.forward(fwd);
+  } catch (...) {
+    if (masking) {
+      try {
+        helper_.wait();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  if (masking) helper_.wait();
   for (size_t i = 0; i < items.size(); ++i)
     if (split[i] && items[i].logits == LogitsWanted::All)
       fwd[i].logits.insert(fwd[i].logits.begin(), head_logits[i].begin(), head_logits[i].end());
@@ -81,7 +112,14 @@ void CpuEngine::step(std::span<const StepItem> items, std::vector<StepResult>& r
     std::vector<float> last(fwd[i].logits.end() - V, fwd[i].logits.end());
     std::vector<float> raw;
     if (s.spec.logprobs || s.spec.top_logprobs > 0) raw = last;
+    // Constraint mask and logit bias before penalties, temperature and the filters; logprobs
+    // stay those of the model's raw distribution.
+    if (s.spec.constraint) {
+      apply_bias(last, *s.spec.constraint);
+      if (masked[i]) apply_mask(last, masks[i]);
+    }
     r.token = s.sampler.sample(last, s.history);
+    if (s.spec.constraint) s.spec.constraint->accept(r.token);
     if (!raw.empty()) {
       TokenLogprobs lp = token_logprobs(raw, r.token, s.spec.top_logprobs);
       r.logprob = lp.chosen;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "shared/engine/engine.h"
+#include "shared/engine/helper_thread.h"
 #include "shared/engine/reference_engine.h"
 #include "shared/engine/state_snapshots.h"
 
@@ -23,6 +24,7 @@ class CpuEngine final : public Engine {
 
   const ModelConfig& config() const override { return ref_.config(); }
   int max_sequences() const override { return max_sequences_; }
+  bool supports_constraints() const override { return true; }
   uint64_t open(const SequenceSpec& spec) override;
   void close(uint64_t seq) override;
   void step(std::span<const StepItem> items, std::vector<StepResult>& results) override;
@@ -45,6 +47,7 @@ class CpuEngine final : public Engine {
   int max_sequences_;
   PrefixCacheOptions pc_;
   StateSnapshots snapshots_;
+  HelperThread helper_;  // constraint masks, while the forward pass runs
   uint64_t next_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
 };

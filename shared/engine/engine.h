@@ -38,7 +38,9 @@ struct SequenceSpec {
   bool logprobs = false;       // report the sampled token's logprob
   int32_t top_logprobs = 0;    // and the best n (≤ 20)
   int64_t max_tokens = 0;      // prompt + new tokens this sequence may reach
-  std::shared_ptr<TokenConstraint> constraint;  // null: unconstrained
+  // null: unconstrained. The engine masks with it before penalties and sampling and calls
+  // accept() with each sampled token; the scheduler owns it.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // Prefix cache figures (an engine without one reports zeros).
@@ -87,6 +89,9 @@ class Engine {
   // The most tokens one sequence can hold when it runs alone (memory permitting); a request
   // beyond it can never run and is refused at once.
   virtual int64_t max_tokens_per_sequence() const { return std::numeric_limits<int64_t>::max(); }
+  // Whether open() honours SequenceSpec::constraint (the scheduler refuses constrained requests
+  // on an engine that would ignore them).
+  virtual bool supports_constraints() const { return false; }
 
   // Throws EngineFull when max_tokens cannot be guaranteed, ft::Error for bad settings.
   virtual uint64_t open(const SequenceSpec& spec) = 0;

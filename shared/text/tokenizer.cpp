@@ -25,6 +25,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> spelling;  // id -> vocabulary spelling or added content
   std::vector<std::string> bytes;     // id -> decoded bytes
   std::vector<uint8_t> special;       // id -> special added token
+  std::vector<uint8_t> added_flag;    // id -> added token (special or not)
   std::vector<uint8_t> present;       // id -> id is defined
   std::unordered_map<std::string, int32_t> by_spelling;
   std::unordered_map<std::string, int32_t> added_by_content;
@@ -155,6 +156,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& or
     impl->spelling.resize(n);
     impl->bytes.resize(n);
     impl->special.assign(n, 0);
+    impl->added_flag.assign(n, 0);
     impl->present.assign(n, 0);
     for (const auto& [tok, id] : vocab) {
       if (id < 0) fail(origin, "negative token id for '" + tok + "'");
@@ -169,6 +171,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& or
       impl->spelling[t.id] = t.content;
       impl->bytes[t.id] = byte_level_decode_token(t.content);
       impl->special[t.id] = t.special ? 1 : 0;
+      impl->added_flag[t.id] = 1;
       impl->present[t.id] = 1;
       impl->added_by_content[t.content] = t.id;
     }
@@ -236,6 +239,10 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->special.size() && impl_->special[id];
+}
+
+bool Tokenizer::is_added(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->added_flag.size() && impl_->added_flag[id];
 }
 
 size_t Tokenizer::vocab_size() const { return impl_->present.size(); }

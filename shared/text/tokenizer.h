@@ -34,6 +34,8 @@ class Tokenizer {
   std::optional<std::string> id_to_token(int32_t id) const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   bool is_special(int32_t id) const;
+  // An added token (special or not): matched whole by content, never produced by BPE merges.
+  bool is_added(int32_t id) const;
   // One past the largest id.
   size_t vocab_size() const;
 

@@ -311,6 +311,43 @@ TEST_F(GatewayHttp, ChatToolCallsNonStreamingAndStreamingAgree) {
   EXPECT_EQ(finish, "tool_calls");
 }
 
+TEST_F(GatewayHttp, ConstraintFieldsReachTheWorker) {
+  worker_->set_script(script(cat(ids_of("x"), {kUserEos})));
+  json msgs = {{{"role", "user"}, {"content", "hi"}}};
+  // Schema text keeps its property order; thinking on means the constraint starts after </think>.
+  // (Raw text: this test's json type would sort the keys.)
+  HttpResult r = http_request(gw_->port(), "POST", "/v1/chat/completions",
+                              R"({"messages":[{"role":"user","content":"hi"}],"logit_bias":{"7":-100,"9":2.5},"min_tokens":3,
+                                  "response_format":{"type":"json_schema","json_schema":{"name":"s",
+                                  "schema":{"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"boolean"}}}}}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto g = worker_->requests().back();
+  EXPECT_EQ(g.constraint().json_schema(), R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"boolean"}}})");
+  EXPECT_TRUE(g.constraint().after_reasoning());
+  EXPECT_EQ(g.min_tokens(), 3u);
+  ASSERT_EQ(g.logit_bias().size(), 2u);
+  EXPECT_EQ(g.logit_bias().at(7), -100.0f);
+  EXPECT_EQ(g.logit_bias().at(9), 2.5f);
+  // Thinking off: from the first token. A named tool_choice with parallel_tool_calls false.
+  r = post("/v1/chat/completions", {{"messages", msgs}, {"tools", weather_tools()}, {"parallel_tool_calls", false},
+                                    {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+                                    {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  g = worker_->requests().back();
+  EXPECT_FALSE(g.constraint().after_reasoning());
+  EXPECT_EQ(g.constraint().tool_calls().function(), "get_weather");
+  EXPECT_TRUE(g.constraint().tool_calls().single_call());
+  EXPECT_NE(g.constraint().tool_calls().tools_json().find("\"get_weather\""), std::string::npos);
+  // SGLang.
+  r = post("/generate", {{"text", "hi"}, {"sampling_params", {{"regex", "[0-9]+"}, {"min_new_tokens", 2}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  g = worker_->requests().back();
+  EXPECT_EQ(g.constraint().regex(), "[0-9]+");
+  EXPECT_EQ(g.min_tokens(), 2u);
+  // Unconstrained requests carry no constraint.
+  r = post("/v1/completions", {{"prompt", "hi"}});
+  EXPECT_FALSE(worker_->requests().back().has_constraint());
+}
+
 TEST_F(GatewayHttp, ToolChoiceNoneDropsTools) {
   worker_->set_script(script(cat(ids_of(kCallText), {kObservation})));
   json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", weather_tools()}, {"tool_choice", "none"}};

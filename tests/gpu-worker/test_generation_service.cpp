@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "gpu-worker/service/generation_service.h"
+#include "tests/gpu-worker/worker_service_fixture.h"
 #include "shared/model/tensor_convert.h"
 #include "tests/support/test_paths.h"
 
@@ -16,36 +17,7 @@ namespace pb = flashtier::v1;
 
 namespace {
 
-class ServiceTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    WorkerOptions o;
-    o.model_dir = test::fixture("glm5-tiny-chat/model");
-    o.scheduler.max_batch_size = 4;
-    core_ = new WorkerCore(o);
-    service_ = new GenerationService(*core_);
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    b.RegisterService(service_);
-    server_ = b.BuildAndStart().release();
-    for (int i = 0; i < 500 && core_->state() == WorkerCore::State::Loading; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_EQ(core_->state(), WorkerCore::State::Ready) << core_->load_error();
-  }
-  static void TearDownTestSuite() {
-    server_->Shutdown();
-    delete server_;
-    delete service_;
-    delete core_;
-  }
-  std::unique_ptr<pb::Generation::Stub> stub() {
-    return pb::Generation::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
-  }
-  static inline WorkerCore* core_ = nullptr;
-  static inline GenerationService* service_ = nullptr;
-  static inline grpc::Server* server_ = nullptr;
-  static inline int port_ = 0;
-};
+using ServiceTest = ft::worker::testing::WorkerServiceTest;
 
 const TensorStore& ref() {
   static const TensorStore r = TensorStore::open(test::fixture("glm5-tiny-chat/reference.safetensors"));

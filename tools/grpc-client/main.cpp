@@ -1,5 +1,6 @@
 // flashtier-grpc-generate --worker HOST:PORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T]
 //                        [--top-p P] [--top-k K] [--seed S] [--logprobs N] [--ignore-eos]
+//                        [--json-schema JSON | --regex RE | --ebnf GRAMMAR] [--min-tokens N]
 // Streams tokens from a gpu-worker's public Generation API, one line per token as it arrives:
 // an example client of proto/flashtier/generate.proto.
 #include <grpcpp/grpcpp.h>
@@ -34,6 +35,10 @@ int main(int argc, char** argv) {
     else if (a == "--top-p") req.mutable_sampling()->set_top_p(std::stof(v));
     else if (a == "--top-k") req.mutable_sampling()->set_top_k(std::stoi(v));
     else if (a == "--seed") req.mutable_sampling()->set_seed(std::stoull(v));
+    else if (a == "--json-schema") req.mutable_constraint()->set_json_schema(v);
+    else if (a == "--regex") req.mutable_constraint()->set_regex(v);
+    else if (a == "--ebnf") req.mutable_constraint()->set_ebnf(v);
+    else if (a == "--min-tokens") req.set_min_tokens(static_cast<uint32_t>(std::stoul(v)));
     else if (a == "--logprobs") {
       req.set_logprobs(true);
       req.set_top_logprobs(static_cast<uint32_t>(std::stoul(v)));
@@ -44,7 +49,8 @@ int main(int argc, char** argv) {
   }
   if (worker.empty() || ids.empty()) {
     std::cerr << "usage: flashtier-grpc-generate --worker HOST:PORT --prompt-ids 1,2,3 [--max-new-tokens N]\n"
-                 "         [--temperature T] [--top-p P] [--top-k K] [--seed S] [--logprobs N] [--ignore-eos]\n";
+                 "         [--temperature T] [--top-p P] [--top-k K] [--seed S] [--logprobs N] [--ignore-eos]\n"
+                 "         [--json-schema JSON | --regex RE | --ebnf GRAMMAR] [--min-tokens N]\n";
     return 2;
   }
   std::stringstream ss(ids);

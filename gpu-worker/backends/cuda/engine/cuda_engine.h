@@ -65,6 +65,7 @@ class CudaEngine final : public Engine {
   int64_t prefill_alignment() const override { return 64; }
   int64_t max_tokens_per_sequence() const override;
   uint64_t open(const SequenceSpec& spec) override;
+  bool supports_constraints() const override { return true; }  // masks in GpuSampler
   void close(uint64_t seq) override;
   void step(std::span<const StepItem> items, std::vector<StepResult>& results) override;
   EngineStats stats() const override;

@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/sampling/constraint_mask.h"
 #include "gpu-worker/backends/cuda/sampling/logprobs.h"
 #include "gpu-worker/backends/cuda/sampling/sampler.h"
+#include "shared/sampling/token_constraint.h"
 
 namespace ft::cuda {
 
@@ -28,12 +30,57 @@ struct GpuSampler::Impl {
   int32_t* top_ids_h = nullptr;
   float* chosen_lp_h = nullptr;
   float* top_lp_h = nullptr;
+  // Constraints (allocated at the first constrained step): a masked copy of the rows (logprobs
+  // stay those of the raw rows, as on the CPU), the rows' allowed-token words, flags and biases.
+  VramBudget* budget = nullptr;
+  DeviceArray<float> masked_d;
+  DeviceArray<uint32_t> words_d;
+  DeviceArray<uint8_t> has_mask_d;
+  DeviceArray<LogitBiasEntry> bias_d;
+  std::vector<uint32_t> words_h;
+  std::vector<uint8_t> has_mask_h;
+  std::vector<LogitBiasEntry> bias_h;
+
+  // Masks and biases of the constrained rows applied to a copy of `logits`; returns the rows to
+  // sample from. The host work (TokenConstraint::mask) overlaps the forward pass still running
+  // on the stream.
+  const float* constrain(const float* logits, int64_t n, std::span<const int> slot_ids, cudaStream_t stream);
 };
+
+const float* GpuSampler::Impl::constrain(const float* logits, int64_t n, std::span<const int> slot_ids, cudaStream_t stream) {
+  const int64_t wpr = (V + 31) / 32;
+  words_h.assign(static_cast<size_t>(n * wpr), ~0u);
+  has_mask_h.assign(static_cast<size_t>(n), 0);
+  bias_h.clear();
+  for (int64_t r = 0; r < n; ++r) {
+    TokenConstraint* c = slots.at(static_cast<size_t>(slot_ids[r])).spec.constraint.get();
+    if (!c) continue;
+    has_mask_h[r] = c->mask(std::span<uint32_t>(words_h.data() + r * wpr, static_cast<size_t>(wpr))) ? 1 : 0;
+    for (const auto& [id, b] : c->bias()) bias_h.push_back({static_cast<int32_t>(r), id, b});
+  }
+  if (!masked_d.get()) {
+    masked_d = DeviceArray<float>(*budget, static_cast<size_t>(max_rows * V), VramCategory::Workspace, "constrained logits");
+    words_d = DeviceArray<uint32_t>(*budget, static_cast<size_t>(max_rows * wpr), VramCategory::Workspace, "constraint masks");
+    has_mask_d = DeviceArray<uint8_t>(*budget, static_cast<size_t>(max_rows), VramCategory::Workspace, "constraint flags");
+  }
+  if (bias_d.size() < bias_h.size())
+    bias_d = DeviceArray<LogitBiasEntry>(*budget, std::max<size_t>(bias_h.size(), 256), VramCategory::Workspace, "logit bias");
+  // Pageable sources: each copy has read them when it returns, so the vectors may change after.
+  FT_CUDA_CHECK(cudaMemcpyAsync(masked_d.get(), logits, static_cast<size_t>(n * V) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  FT_CUDA_CHECK(cudaMemcpyAsync(words_d.get(), words_h.data(), words_h.size() * 4, cudaMemcpyHostToDevice, stream));
+  FT_CUDA_CHECK(cudaMemcpyAsync(has_mask_d.get(), has_mask_h.data(), has_mask_h.size(), cudaMemcpyHostToDevice, stream));
+  if (!bias_h.empty())
+    FT_CUDA_CHECK(cudaMemcpyAsync(bias_d.get(), bias_h.data(), bias_h.size() * sizeof(LogitBiasEntry), cudaMemcpyHostToDevice, stream));
+  apply_token_constraints(masked_d.get(), V, n, V, words_d.get(), wpr, has_mask_d.get(), bias_d.get(),
+                          static_cast<int64_t>(bias_h.size()), stream);
+  return masked_d.get();
+}
 
 GpuSampler::GpuSampler(int slots, int64_t vocab, int64_t max_rows, VramBudget& b) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.V = vocab;
   m.max_rows = max_rows;
+  m.budget = &b;
   m.slots.resize(static_cast<size_t>(slots));
   m.state_mem = DeviceArray<uint8_t>(b, sampling_penalty_state_bytes(slots, vocab), VramCategory::Workspace,
                                      "sampling penalty state");
@@ -84,16 +131,18 @@ void GpuSampler::sample(const float* logits, std::span<const int> slots, std::sp
   Impl& m = *impl_;
   const int64_t n = static_cast<int64_t>(slots.size());
   if (n == 0) return;
-  bool any_lp = false;
+  bool any_lp = false, any_constraint = false;
   for (int64_t r = 0; r < n; ++r) {
     const Impl::SlotState& s = m.slots.at(static_cast<size_t>(slots[r]));
+    any_constraint |= s.spec.constraint != nullptr;
     const int32_t lp = s.spec.top_logprobs > 0 ? s.spec.top_logprobs : (s.spec.logprobs ? 0 : -1);
     any_lp |= lp >= 0;
     m.params_h[r] = sampling_row_params(s.spec.sampling, slots[r], s.seed, s.step, lp);
   }
   FT_CUDA_CHECK(cudaMemcpyAsync(m.params_d.get(), m.params_h, n * sizeof(SamplingRowParams), cudaMemcpyHostToDevice,
                                 stream));
-  sample_tokens(logits, m.V, n, m.V, m.params_d.get(), m.state, m.ws.get(), m.ws_bytes, m.tokens_d.get(), nullptr,
+  const float* rows = any_constraint ? m.constrain(logits, n, slots, stream) : logits;
+  sample_tokens(rows, m.V, n, m.V, m.params_d.get(), m.state, m.ws.get(), m.ws_bytes, m.tokens_d.get(), nullptr,
                 stream);
   FT_CUDA_CHECK(cudaMemcpyAsync(m.tokens_h, m.tokens_d.get(), n * 4, cudaMemcpyDeviceToHost, stream));
   if (any_lp) {
@@ -108,6 +157,7 @@ void GpuSampler::sample(const float* logits, std::span<const int> slots, std::sp
     Impl::SlotState& s = m.slots.at(static_cast<size_t>(slots[r]));
     StepResult& res = *out[r];
     res.token = m.tokens_h[r];
+    if (s.spec.constraint) s.spec.constraint->accept(res.token);
     if (m.params_h[r].logprobs >= 0) {
       res.logprob = m.chosen_lp_h[r];
       res.top.clear();
