@@ -173,12 +173,18 @@ class SchemaCompiler {
       const int64_t lo = length(s, "minLength", path, 0);
       const int64_t hi = length(s, "maxLength", path, kUnbounded);
       if (hi != kUnbounded && hi < lo) fail(path, "'maxLength' is below 'minLength'");
-      const int32_t ch = char_set_expr(g_, CodepointSet::all(), ctx);
+      // A length bound counts characters; JavaScript validators (zod, the openai client's parse
+      // helpers) count UTF-16 code units, in which a character beyond U+FFFF is two. Bounded
+      // strings leave those characters out, so every validator sees the same length.
+      CodepointSet chars = CodepointSet::all();
+      const bool bounded = lo > 0 || hi != kUnbounded;
+      if (bounded) chars.remove(0x10000, kMaxCodepoint);
+      const int32_t ch = char_set_expr(g_, chars, ctx);
       if (!raw) {
         body = g_.repeat(ch, int32_t(lo), int32_t(hi));
       } else {
         // The parser strips surrounding whitespace: raw values neither start nor end with it.
-        CodepointSet edge_set = CodepointSet::all();
+        CodepointSet edge_set = chars;
         edge_set.remove(space_class());
         const int32_t edge = char_set_expr(g_, edge_set, ctx);
         std::vector<int32_t> alts;

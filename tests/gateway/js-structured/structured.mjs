@@ -127,6 +127,11 @@ const tools = [
 
 async function toolSection() {
   const jobs = [];
+  // A random-weights model rarely picks an end token by itself: with parallel calls allowed it
+  // would keep calling until max_tokens. A bias towards the ends of an assistant turn (allowed
+  // only where the grammar is complete) makes it stop after a call, as a trained model does.
+  const endBias = {};
+  for (const t of ["<|observation|>", "<|user|>", "<|endoftext|>"]) endBias[(await post("/tokenize", { prompt: t })).json.tokens[0]] = 8;
   const byName = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters]));
   for (let i = 0; i < 40; ++i) {
     const named = i % 2 === 0;
@@ -136,7 +141,7 @@ async function toolSection() {
     const what = `${named ? "named" : "required"}-${stream ? "stream" : "plain"}`;
     jobs.push(async () => {
       const req = { model: "demo-model", messages: [{ role: "user", content: "Use a tool." }], tools, tool_choice: choice, max_tokens: 400,
-        temperature: 1, seed: 7000 + i, parallel_tool_calls: !single, ...noThinking };
+        temperature: 1, seed: 7000 + i, parallel_tool_calls: !single, logit_bias: endBias, ...noThinking };
       let calls = [], finish = null;
       if (stream) {
         const acc = [];
