@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <limits>
+#include <random>
 #include <stdexcept>
 
 #include <sys/socket.h>
@@ -55,10 +57,15 @@ struct ServerState {
   std::string instance;
 };
 
+// HOST:PID:RANDOM. The random part is needed: gateways sharing one network namespace (compose's
+// `network_mode: service:http-front`) share the host name too, and each is PID 1 of its own PID
+// namespace.
 std::string instance_name() {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-  return std::string(host) + ":" + std::to_string(getpid());
+  char tag[16];
+  std::snprintf(tag, sizeof tag, "%08x", static_cast<unsigned>(std::random_device{}()));
+  return std::string(host) + ":" + std::to_string(getpid()) + ":" + tag;
 }
 
 class BeastExchange final : public HttpExchange {

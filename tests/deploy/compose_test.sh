@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The compose stack for real: builds the images from a debootstrap base, brings
+# deploy/docker-compose.yml up on the demo model, runs the `openai` npm client against it, kills
+# each service's container (SIGKILL from outside, as a crash) and checks that docker brings it
+# back and the next request succeeds (the cpu-expert-worker re-attaching to its segment, not
+# reloading it), scales the gpu-worker and the gateway to 2 and sees both replicas serve, and
+# takes the stack down with nothing left behind.
+#   compose_test.sh SOURCE_DIR BIN_DIR
+# Exit 77 (ctest: skipped) where docker cannot run: not root, Debian's docker.io/docker-compose
+# missing, or no daemon starts. FLASHTIER_DOCKER_TESTS=0 skips it too.
+set -euo pipefail
+src="$1"
+bin="$2"
+cd "$src"
+DOCKER=/usr/bin/docker
+skip() { echo "compose-test: SKIPPED: $*"; exit 77; }
+[ "${FLASHTIER_DOCKER_TESTS:-1}" != 0 ] || skip "FLASHTIER_DOCKER_TESTS=0"
+[ "$(id -u)" = 0 ] || skip "needs root (dockerd)"
+[ -x "$DOCKER" ] && command -v docker-compose >/dev/null || skip "Debian's docker.io and docker-compose are not installed"
+deploy/docker/start-dockerd.sh 60 || skip "no docker daemon could be started"
+
+t_start=$(date +%s)
+say() { echo "compose-test: [$(( $(date +%s) - t_start ))s] $*"; }
+fail() { echo "compose-test: FAILED: $*"; exit 1; }
+
+work="$(mktemp -d /tmp/flashtier-compose.XXXXXX)"
+project="ftci$$"
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+key="ci-key-$$"
+export MODEL_DIR="$work/demo-model" SERVED_MODEL_NAME=demo-model PORT="$port" HOST_ADDR=127.0.0.1
+export API_KEY_FILE="$work/api-key" EXPERT_SHM_SIZE=1g THREADS=1 MAX_BATCH_SIZE=4 CONTEXT_SIZE=4096
+export DRAIN_TIMEOUT=5 STOP_GRACE=10s TAG=latest
+dc() { docker-compose -p "$project" -f deploy/docker-compose.yml "$@"; }
+cleanup() {
+  local rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+    echo "compose-test: --- docker-compose ps / logs (last 30 lines per service) ---"
+    dc ps 2>&1 || true
+    dc logs --no-color --tail 30 2>&1 || true
+  fi
+  dc down -v --remove-orphans -t 5 >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --- images -----------------------------------------------------------------------------------
+t0=$(date +%s)
+deploy/docker/build-images.sh --local-base 2>&1 | sed 's/^/compose-test: /'
+say "images built in $(( $(date +%s) - t0 )) s"
+
+# --- the stack ----------------------------------------------------------------------------------
+"$bin/flashtier-demo-model" --out "$MODEL_DIR" >/dev/null
+chmod -R a+rX "$work"
+printf '%s\n' "$key" >"$API_KEY_FILE"
+chmod 644 "$API_KEY_FILE"
+t0=$(date +%s)
+dc up -d 2>&1 | sed 's/^/compose-test: /'
+
+base="http://127.0.0.1:$port"
+health() { curl -s -o /dev/null -w '%{http_code}' --max-time 3 "$base/health" || true; }
+wait_health() {  # wait_health TIMEOUT_S: until /health answers 200
+  local until=$(( $(date +%s) + $1 ))
+  while [ "$(date +%s)" -lt "$until" ]; do
+    [ "$(health)" = 200 ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+chat() {  # one greedy chat through the published port; prints the HTTP status
+  curl -s -o "$work/last.json" -w '%{http_code}' --max-time 30 "$base/v1/chat/completions" \
+    -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
+    -d '{"model":"demo-model","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"temperature":0}' || true
+}
+wait_health 180 || fail "the stack's /health did not answer 200 within 180 s"
+say "stack up and healthy in $(( $(date +%s) - t0 )) s"
+
+# The API key is a compose secret (a file), not a flag.
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/models")" = 401 ] || fail "a request without the API key was not refused"
+dc exec -T gateway sh -c 'cat /proc/1/cmdline' | tr '\0' ' ' | grep -q "$key" && fail "the API key is on the gateway's command line"
+
+# --- the openai npm client ------------------------------------------------------------------------
+out="$(tests/deploy/js/run.sh "$base/v1" demo-model "$key" 2>&1)" || fail "openai client: $out"
+say "openai client: $(echo "$out" | tail -n 1)"
+
+# --- crashes: SIGKILL each service's process, docker restarts it ------------------------------------
+cid_of() { dc ps -q "$1" | head -n 1; }
+restarts() { "$DOCKER" inspect -f '{{.RestartCount}}' "$1"; }
+crash() {  # crash SERVICE: kills its main process from outside; returns once docker restarted it
+  local svc="$1" cid pid before until
+  cid="$(cid_of "$svc")"
+  pid="$("$DOCKER" inspect -f '{{.State.Pid}}' "$cid")"
+  before="$(restarts "$cid")"
+  kill -9 "$pid"
+  until=$(( $(date +%s) + 60 ))
+  while [ "$(restarts "$cid")" = "$before" ] || [ "$("$DOCKER" inspect -f '{{.State.Running}}' "$cid")" != true ]; do
+    [ "$(date +%s)" -lt "$until" ] || fail "$svc was not restarted within 60 s of its SIGKILL"
+    sleep 0.1
+  done
+}
+recover() {  # recover SERVICE: crash it, then time until a chat succeeds again
+  local svc="$1" t0 until status
+  t0=$(date +%s%N)
+  crash "$svc"
+  until=$(( $(date +%s) + 120 ))
+  while :; do
+    status="$(chat)"
+    [ "$status" = 200 ] && break
+    [ "$(date +%s)" -lt "$until" ] || fail "no successful chat within 120 s of killing $svc (last status $status: $(cat "$work/last.json" 2>/dev/null))"
+    sleep 0.2
+  done
+  say "killed $svc (SIGKILL): restarted, next chat 200 after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+}
+[ "$(chat)" = 200 ] || fail "chat before the crashes: $(cat "$work/last.json")"
+segments_before="$(dc exec -T cpu-expert-worker flashtier-shm list --json)"
+recover cpu-expert-worker
+"$DOCKER" logs "$(cid_of cpu-expert-worker)" 2>&1 | grep -q "re-attached to segment flashtier-experts" ||
+  fail "the restarted cpu-expert-worker did not re-attach to its segment: $("$DOCKER" logs --tail 5 "$(cid_of cpu-expert-worker)" 2>&1)"
+say "cpu-expert-worker: $("$DOCKER" logs "$(cid_of cpu-expert-worker)" 2>&1 | grep -o 're-attached to segment [^,]*' | tail -n 1)"
+recover gpu-worker
+recover gateway
+segments_after="$(dc exec -T cpu-expert-worker flashtier-shm list --json)"
+python3 - "$segments_before" "$segments_after" <<'EOF' || fail "the shared-memory objects changed across the restarts"
+import json, sys
+before, after = (json.loads(a) for a in sys.argv[1:3])
+key = lambda objs: sorted((o["name"], o["kind"], o["bytes"]) for o in objs)
+assert any(o["kind"] == "expert-segment" and o["complete"] for o in before), before
+assert key(before) == key(after), (before, after)
+EOF
+
+# --- scaling ------------------------------------------------------------------------------------------
+dc up -d --no-recreate --scale gpu-worker=2 2>&1 | sed 's/^/compose-test: /'
+until=$(( $(date +%s) + 120 ))
+while [ "$(curl -s "$base/metrics" | grep -c '^flashtier_worker_up{.*} 1$')" != 2 ]; do
+  [ "$(date +%s)" -lt "$until" ] || fail "the gateway did not find 2 SERVING gpu-workers: $(curl -s "$base/metrics" | grep '^flashtier_worker_up')"
+  sleep 0.5
+done
+for _ in 1 2 3 4 5 6; do [ "$(chat)" = 200 ] || fail "chat with 2 gpu-workers: $(cat "$work/last.json")"; done
+served="$(curl -s "$base/metrics" | grep '^flashtier_worker_streams_total{' | awk '$2 > 0' | wc -l)"
+[ "$served" = 2 ] || fail "not both gpu-workers served: $(curl -s "$base/metrics" | grep '^flashtier_worker_streams_total')"
+say "--scale gpu-worker=2: both found through DNS and both served"
+
+dc up -d --no-recreate --scale gpu-worker=2 --scale gateway=2 2>&1 | sed 's/^/compose-test: /'
+until=$(( $(date +%s) + 120 ))
+instances=""
+while :; do
+  for _ in $(seq 1 10); do
+    instances+="$(curl -s -o /dev/null -D - "$base/health" | tr -d '\r' | sed -n 's/^X-Flashtier-Instance: //ip')"$'\n'
+  done
+  [ "$(echo "$instances" | sed '/^$/d' | sort -u | wc -l)" -ge 2 ] && break
+  [ "$(date +%s)" -lt "$until" ] || fail "only one gateway answered on port $port: $(echo "$instances" | sort | uniq -c)"
+  sleep 0.5
+done
+say "--scale gateway=2: $(echo "$instances" | sed '/^$/d' | sort -u | wc -l) gateways answer on one port"
+
+# --- down: nothing left ------------------------------------------------------------------------------
+dc down -v --remove-orphans -t 10 2>&1 | sed 's/^/compose-test: /'
+left="$("$DOCKER" ps -aq --filter "label=com.docker.compose.project=$project")"
+[ -z "$left" ] || fail "containers left after down: $left"
+left="$("$DOCKER" network ls -q --filter "label=com.docker.compose.project=$project")"
+[ -z "$left" ] || fail "networks left after down: $left"
+left="$("$DOCKER" volume ls -q --filter "label=com.docker.compose.project=$project")"
+[ -z "$left" ] || fail "volumes left after down: $left"
+say "down: no containers, networks or volumes left; PASSED in $(( $(date +%s) - t_start )) s"
