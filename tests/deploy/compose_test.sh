@@ -19,29 +19,7 @@ skip() { echo "compose-test: SKIPPED: $*"; exit 77; }
 [ -x "$DOCKER" ] && command -v docker-compose >/dev/null || skip "Debian's docker.io and docker-compose are not installed"
 deploy/docker/start-dockerd.sh 60 || skip "no docker daemon could be started"
 
-t_start=$(date +%s)
-say() { echo "compose-test: [$(( $(date +%s) - t_start ))s] $*"; }
-fail() { echo "compose-test: FAILED: $*"; exit 1; }
-
-work="$(mktemp -d /tmp/flashtier-compose.XXXXXX)"
-project="ftci$$"
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-key="ci-key-$$"
-export MODEL_DIR="$work/demo-model" SERVED_MODEL_NAME=demo-model PORT="$port" HOST_ADDR=127.0.0.1
-export API_KEY_FILE="$work/api-key" EXPERT_SHM_SIZE=1g THREADS=1 MAX_BATCH_SIZE=4 CONTEXT_SIZE=4096
-export DRAIN_TIMEOUT=5 STOP_GRACE=10s TAG=latest
-dc() { docker-compose -p "$project" -f deploy/docker-compose.yml "$@"; }
-cleanup() {
-  local rc=$?
-  if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
-    echo "compose-test: --- docker-compose ps / logs (last 30 lines per service) ---"
-    dc ps 2>&1 || true
-    dc logs --no-color --tail 30 2>&1 || true
-  fi
-  dc down -v --remove-orphans -t 5 >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source tests/deploy/compose_lib.sh
 
 # --- images -----------------------------------------------------------------------------------
 t0=$(date +%s)
@@ -49,28 +27,10 @@ deploy/docker/build-images.sh --local-base 2>&1 | sed 's/^/compose-test: /'
 say "images built in $(( $(date +%s) - t0 )) s"
 
 # --- the stack ----------------------------------------------------------------------------------
-"$bin/flashtier-demo-model" --out "$MODEL_DIR" >/dev/null
-chmod -R a+rX "$work"
-printf '%s\n' "$key" >"$API_KEY_FILE"
-chmod 644 "$API_KEY_FILE"
+prepare_inputs
 t0=$(date +%s)
 dc up -d 2>&1 | sed 's/^/compose-test: /'
 
-base="http://127.0.0.1:$port"
-health() { curl -s -o /dev/null -w '%{http_code}' --max-time 3 "$base/health" || true; }
-wait_health() {  # wait_health TIMEOUT_S: until /health answers 200
-  local until=$(( $(date +%s) + $1 ))
-  while [ "$(date +%s)" -lt "$until" ]; do
-    [ "$(health)" = 200 ] && return 0
-    sleep 0.2
-  done
-  return 1
-}
-chat() {  # one greedy chat through the published port; prints the HTTP status
-  curl -s -o "$work/last.json" -w '%{http_code}' --max-time 30 "$base/v1/chat/completions" \
-    -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
-    -d '{"model":"demo-model","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"temperature":0}' || true
-}
 wait_health 180 || fail "the stack's /health did not answer 200 within 180 s"
 say "stack up and healthy in $(( $(date +%s) - t0 )) s"
 
@@ -83,20 +43,6 @@ out="$(tests/deploy/js/run.sh "$base/v1" demo-model "$key" 2>&1)" || fail "opena
 say "openai client: $(echo "$out" | tail -n 1)"
 
 # --- crashes: SIGKILL each service's process, docker restarts it ------------------------------------
-cid_of() { dc ps -q "$1" | head -n 1; }
-restarts() { "$DOCKER" inspect -f '{{.RestartCount}}' "$1"; }
-crash() {  # crash SERVICE: kills its main process from outside; returns once docker restarted it
-  local svc="$1" cid pid before until
-  cid="$(cid_of "$svc")"
-  pid="$("$DOCKER" inspect -f '{{.State.Pid}}' "$cid")"
-  before="$(restarts "$cid")"
-  kill -9 "$pid"
-  until=$(( $(date +%s) + 60 ))
-  while [ "$(restarts "$cid")" = "$before" ] || [ "$("$DOCKER" inspect -f '{{.State.Running}}' "$cid")" != true ]; do
-    [ "$(date +%s)" -lt "$until" ] || fail "$svc was not restarted within 60 s of its SIGKILL"
-    sleep 0.1
-  done
-}
 recover() {  # recover SERVICE: crash it, then time until a chat succeeds again
   local svc="$1" t0 until status
   t0=$(date +%s%N)
