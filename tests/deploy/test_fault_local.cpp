@@ -7,9 +7,7 @@
 // stop leaves no ring in /dev/shm. Prints the recovery times (p50/max per service) for
 // docs/reliability.md.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,12 +23,13 @@
 #include <vector>
 
 #include "deploy/local/free_port.h"
-#include "tests/gateway/harness.h"
+#include "deploy/local/http_exchange.h"
+#include "deploy/local/proc_info.h"
+#include "tests/gateway/harness.h"  // ChildProcess
 #include "tests/support/test_paths.h"
 
 namespace {
 
-using ft::test::connect_loopback;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -38,35 +37,7 @@ constexpr int kStreams = 8;
 constexpr int kKills = 3;  // per service (the launcher's back-off doubles per quick death: 250 ms, 500, 1 s)
 constexpr int kStreamTokens = 1500;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// The launcher's child running `binary` (by parent pid and argv[0], read from /proc).
-pid_t child_of(pid_t parent, const std::string& binary) {
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = slurp(e.path().string() + "/stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent || state == 'Z') continue;
-    const std::string cmd = slurp(e.path().string() + "/cmdline");
-    const std::string argv0 = cmd.substr(0, cmd.find('\0'));
-    if (argv0.size() >= binary.size() && argv0.compare(argv0.size() - binary.size(), binary.size(), binary) == 0)
-      return std::stoi(name);
-  }
-  return -1;
-}
 
 enum class End { Complete, ErrorThenDone, Cut, NoDone, Hang, Refused, NotOk };
 const char* end_name(End e) {
@@ -82,69 +53,26 @@ const char* end_name(End e) {
   return "?";
 }
 
-std::string request(const std::string& method, const std::string& path, const std::string& body) {
-  return method + " " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
-         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
-// Sends `req` on fd, then reads into `raw` until the server closes (true) or timeout_ms (false),
-// calling on_data after every read; closes fd.
-template <class F>
-bool exchange(int fd, const std::string& req, int timeout_ms, std::string& raw, F on_data) {
-  ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  const auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  char buf[16384];
-  bool eof = false;
-  while (!eof && Clock::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 20) <= 0) continue;
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) {
-      eof = true;
-    } else {
-      raw.append(buf, size_t(n));
-      on_data(raw);
-    }
-  }
-  ::close(fd);
-  return eof;
-}
-
-// One streaming completion over a raw socket, read to the end. `first_event` is set once the
-// first SSE event has arrived.
+// One streaming completion, read to the end. `first_event` is set once the first SSE event has
+// arrived.
 End run_stream(int port, std::atomic<bool>& first_event, int timeout_ms, std::string* detail) {
-  const int fd = connect_loopback(port);
-  if (fd < 0) return End::Refused;
   const std::string body = "{\"model\":\"model\",\"prompt\":\"Once upon a time\",\"max_tokens\":" + std::to_string(kStreamTokens) +
                            ",\"temperature\":0,\"ignore_eos\":true,\"stream\":true}";
-  std::string raw;
-  const bool eof = exchange(fd, request("POST", "/v1/completions", body), timeout_ms, raw, [&](const std::string& got) {
-    if (!first_event && got.find("\r\n\r\n") != std::string::npos && got.find("data: ") != std::string::npos) first_event = true;
-  });
+  const auto ex = ft::local::http_exchange(port, "POST", "/v1/completions", body, std::chrono::milliseconds(timeout_ms),
+                                           [&](const std::string& got) {
+                                             if (got.find("\r\n\r\n") != std::string::npos && got.find("data: ") != std::string::npos)
+                                               first_event = true;
+                                           });
   first_event = true;  // (also when it never started: the caller must not wait for it forever)
-  if (!eof) return End::Hang;
-  const size_t head_end = raw.find("\r\n\r\n");
-  if (head_end == std::string::npos) return End::Cut;
-  if (raw.compare(0, 12, "HTTP/1.1 200") != 0) {
-    *detail = raw.substr(0, 200);
+  if (!ex.connected) return End::Refused;
+  if (!ex.closed) return End::Hang;
+  if (!ex.has_head()) return End::Cut;
+  if (ex.status() != 200) {
+    *detail = ex.raw.substr(0, 200);
     return End::NotOk;
   }
-  // De-chunk; a body that stops before the zero-length chunk was cut.
-  std::string data;
-  size_t pos = head_end + 4;
   bool last_chunk = false;
-  while (pos < raw.size()) {
-    const size_t eol = raw.find("\r\n", pos);
-    if (eol == std::string::npos) break;
-    const size_t len = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
-    if (len == 0) {
-      last_chunk = true;
-      break;
-    }
-    if (eol + 2 + len > raw.size()) break;
-    data.append(raw, eol + 2, len);
-    pos = eol + 2 + len + 2;
-  }
+  const std::string data = ex.body(&last_chunk);
   if (!last_chunk) return End::Cut;
   const bool done = data.size() >= 14 && data.compare(data.size() - 14, 14, "data: [DONE]\n\n") == 0;
   if (!done) {
@@ -159,11 +87,7 @@ End run_stream(int port, std::atomic<bool>& first_event, int timeout_ms, std::st
 }
 
 int http_status(int port, const std::string& method, const std::string& path, const std::string& body, int timeout_ms) {
-  const int fd = connect_loopback(port);
-  if (fd < 0) return 0;  // (the gateway is down: not an exception, the test goes on polling)
-  std::string raw;
-  exchange(fd, request(method, path, body), timeout_ms, raw, [](const std::string&) {});
-  return raw.size() > 12 && raw.compare(0, 9, "HTTP/1.1 ") == 0 ? std::atoi(raw.c_str() + 9) : 0;
+  return ft::local::http_exchange(port, method, path, body, std::chrono::milliseconds(timeout_ms)).status();
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -210,7 +134,7 @@ TEST(FaultSuiteLocal, KillEachServiceUnderEightStreams) {
         clients.emplace_back([&, i] { ends[i] = run_stream(port, started[i], 30000, &details[i]); });
       for (int i = 0; i < kStreams; ++i)
         while (!started[i]) std::this_thread::sleep_for(1ms);
-      const pid_t victim = child_of(launcher.pid(), service);
+      const pid_t victim = ft::local::child_running(launcher.pid(), service);
       ASSERT_GT(victim, 0) << service << " is not running:\n" << launcher.output();
       const auto t_kill = Clock::now();
       ASSERT_EQ(::kill(victim, SIGKILL), 0);
