@@ -76,9 +76,20 @@ int main(int argc, char** argv) {
   boost::asio::signal_set signals(ioc, SIGINT, SIGTERM);
   boost::asio::steady_timer drain_timer(ioc);
   const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
-  // Polls the in-flight count every 50 ms until it is zero or the drain timeout has passed.
+  // Polls the in-flight count every 50 ms until it is zero or the drain timeout has passed. At
+  // the timeout the streams still running are ended with an error event and [DONE] (so no client
+  // sees a cut connection), and get 2 s more to write it.
+  bool aborted = false;
   std::function<void()> drain_check = [&] {
-    if (server.in_flight() == 0 || std::chrono::steady_clock::now() >= *drain_deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!aborted && server.in_flight() > 0 && now >= *drain_deadline) {
+      aborted = true;
+      std::fprintf(stderr, "flashtier-gateway: drain timeout: ending %d request(s) with an error\n", server.in_flight());
+      app.pool->abort_all("the gateway is shutting down and its drain timeout (" + std::to_string(app.opts.drain_timeout_s) +
+                          " s) has passed; retry the request");
+      *drain_deadline = now + std::chrono::seconds(2);
+    }
+    if (server.in_flight() == 0 || (aborted && now >= *drain_deadline)) {
       std::fprintf(stderr, "flashtier-gateway: drained (%d request(s) still in flight); exiting\n", server.in_flight());
       server.stop();
       ioc.stop();

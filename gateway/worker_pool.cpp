@@ -67,11 +67,17 @@ class GenerateReactor final : public grpc::ClientReadReactor<v1::GenerateRespons
 
   void OnDone(const grpc::Status& s) override {
     release();
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) pool_->mark_unreachable(w_->address, s.error_message());
     GenerateEvent ev;
     ev.ended = true;
     ev.status_code = static_cast<int>(s.error_code());
     ev.status_message = s.error_message();
+    if (const std::string* why = pool_->abort_reason(); why && s.error_code() == grpc::StatusCode::CANCELLED) {
+      // Ended by abort_all (the drain timeout): the client hears why, as an error event.
+      ev.status_code = static_cast<int>(grpc::StatusCode::UNAVAILABLE);
+      ev.status_message = *why;
+    } else if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      pool_->mark_unreachable(w_->address, s.error_message());
+    }
     sink_(std::move(ev));
     sink_ = nullptr;  // breaks the cycle through the sink's captured state
     auto keep = std::move(self_);  // the reactor may be freed when this returns
@@ -280,7 +286,28 @@ void WorkerPool::mark_unreachable(const std::string& address, const std::string&
   cv_.notify_all();  // no-op for the sleeping poller; the next poll brings it back
 }
 
+void WorkerPool::abort_all(const std::string& why) {
+  std::vector<std::weak_ptr<GenerateCall>> live;
+  {
+    std::lock_guard lk(live_mu_);
+    if (!aborting_) abort_reason_ = why;
+    aborting_ = true;
+    live.swap(live_);
+  }
+  for (auto& w : live)
+    if (auto c = w.lock()) c->cancel();
+}
+
+const std::string* WorkerPool::abort_reason() const {
+  std::lock_guard lk(live_mu_);
+  return aborting_ ? &abort_reason_ : nullptr;  // (never changes once set)
+}
+
 std::shared_ptr<GenerateCall> WorkerPool::generate(const v1::GenerateRequest& req, EventSink sink, std::string* why) {
+  if (const std::string* reason = abort_reason()) {
+    if (why) *why = *reason;
+    return nullptr;
+  }
   const auto all = workers();
   std::shared_ptr<Worker> best;
   size_t n = all.size();
@@ -297,6 +324,11 @@ std::shared_ptr<GenerateCall> WorkerPool::generate(const v1::GenerateRequest& re
   best->outstanding.fetch_add(1);
   best->total.fetch_add(1);
   auto r = std::make_shared<GenerateReactor>(this, best, std::move(sink));
+  {
+    std::lock_guard lk(live_mu_);
+    std::erase_if(live_, [](const std::weak_ptr<GenerateCall>& w) { return w.expired(); });
+    live_.push_back(r);
+  }
   r->start(r, req, opts_.request_deadline);
   return r;
 }

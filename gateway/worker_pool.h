@@ -76,6 +76,11 @@ class WorkerPool {
   void start();  // polling thread (first poll happens at once)
   void stop();
 
+  // Ends every running stream now, each with an UNAVAILABLE `why` (the client gets an error event
+  // and [DONE]), and refuses new ones with `why`: the drain timeout's last step.
+  void abort_all(const std::string& why);
+  const std::string* abort_reason() const;  // set once abort_all ran
+
   // Opens a Generate stream on the least-loaded ready worker. nullptr (with *why set) when no
   // worker is ready.
   std::shared_ptr<GenerateCall> generate(const flashtier::v1::GenerateRequest& req, EventSink sink, std::string* why);
@@ -104,6 +109,10 @@ class WorkerPool {
   mutable std::mutex list_mu_;  // guards workers_ (the set changes when DNS answers change)
   std::vector<std::shared_ptr<Worker>> workers_;
   std::chrono::steady_clock::time_point next_dns_{};
+  mutable std::mutex live_mu_;  // guards live_, aborting_, abort_reason_
+  std::vector<std::weak_ptr<GenerateCall>> live_;  // running streams, for abort_all
+  bool aborting_ = false;
+  std::string abort_reason_;
   std::chrono::milliseconds interval_;
   std::atomic<uint64_t> rr_{0};
   mutable std::mutex mu_;

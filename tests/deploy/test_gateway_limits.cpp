@@ -28,7 +28,7 @@ json chat_body(bool stream) {
 
 // Text (reasoning and content) of every delta of an SSE chat stream, its finish reason, and whether [DONE] came.
 struct StreamEnd {
-  std::string content, finish_reason;
+  std::string content, finish_reason, error_message;
   bool done = false;
   bool error = false;
 };
@@ -41,6 +41,7 @@ bool absorb(StreamEnd& r, const std::string& ev) {
   json j = parse(data);
   if (j.contains("error")) {
     r.error = true;
+    r.error_message = j["error"]["message"].is_string() ? j["error"]["message"].get<std::string>() : j.dump();
     return false;
   }
   const json& c = j["choices"][0];
@@ -144,13 +145,21 @@ TEST(GatewayDrain, TheDrainTimeoutEndsAStreamThatRunsLonger) {
   ASSERT_TRUE(s.next(ev));
   const auto t0 = Clock::now();
   ASSERT_EQ(::kill(gw.pid(), SIGTERM), 0);
+  // The stream is ended at the timeout with an error event and [DONE], not cut.
+  StreamEnd end = read_to_end(s, StreamEnd{}, 6000);
+  const double ended_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_TRUE(end.error);
+  EXPECT_NE(end.error_message.find("drain timeout (1 s) has passed"), std::string::npos) << end.error_message;
+  EXPECT_TRUE(end.done);
+  EXPECT_GE(ended_s, 0.9);
+  EXPECT_LT(ended_s, 2.5);
   const int st = gw.wait_exit(6000);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_GE(st, 0) << "still running 6 s after SIGTERM with --drain-timeout 1";
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << gw.report();
-  EXPECT_GE(secs, 0.9);
   EXPECT_LT(secs, 3.0);
-  EXPECT_NE(gw.stderr_text().find("drained (1 request(s) still in flight)"), std::string::npos) << gw.report();
+  EXPECT_NE(gw.stderr_text().find("drain timeout: ending 1 request(s) with an error"), std::string::npos) << gw.report();
+  EXPECT_NE(gw.stderr_text().find("drained (0 request(s) still in flight)"), std::string::npos) << gw.report();
 }
 
 TEST(GatewayDrain, ASecondSignalExitsAtOnce) {
