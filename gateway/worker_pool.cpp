@@ -23,6 +23,7 @@ struct WorkerPool::Worker {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Generation::Stub> stub;
   std::atomic<int> outstanding{0};
+  int slow_polls = 0;  // health polls in a row that timed out (the polling thread's own)
   std::atomic<uint64_t> total{0};
   std::atomic<bool> ready{false};
   mutable std::mutex mu;  // guards the fields below
@@ -238,6 +239,16 @@ void WorkerPool::poll_once() {
     v1::HealthResponse hr;
     grpc::Status s = w->stub->Health(&hctx, v1::HealthRequest(), &hr);
     bool serving = s.ok() && hr.status() == v1::HealthResponse::SERVING;
+    // A poll that merely timed out says the worker is slow (a saturated host), not gone: a ready
+    // worker stays ready until kSlowPollsToDown of them in a row. Refused connections and any
+    // answer other than SERVING count at once.
+    constexpr int kSlowPollsToDown = 3;
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && w->ready.load() && ++w->slow_polls < kSlowPollsToDown) {
+      std::lock_guard lk(w->mu);
+      w->detail = "health poll timed out (" + std::to_string(w->slow_polls) + " in a row)";
+      continue;
+    }
+    w->slow_polls = 0;
     v1::StatsResponse st;
     bool have_stats = false;
     if (s.ok()) {

@@ -12,7 +12,8 @@ project="ftci$$"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 key="ci-key-$$"
 export MODEL_DIR="$work/demo-model" SERVED_MODEL_NAME=demo-model PORT="$port" HOST_ADDR=127.0.0.1
-export API_KEY_FILE="$work/api-key" EXPERT_SHM_SIZE=1g THREADS=1 MAX_BATCH_SIZE=4 CONTEXT_SIZE=4096
+# (batch 10: the 8 streams of a crash test and the chat that times the recovery all run at once)
+export API_KEY_FILE="$work/api-key" EXPERT_SHM_SIZE=1g THREADS=1 MAX_BATCH_SIZE=10 CONTEXT_SIZE=4096
 export DRAIN_TIMEOUT=5 STOP_GRACE=10s TAG=latest
 compose_files=(-f deploy/docker-compose.yml)  # a script may append overrides
 dc() { docker-compose -p "$project" "${compose_files[@]}" "$@"; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The compose stack for real: builds the images from a debootstrap base, brings
 # deploy/docker-compose.yml up on the demo model, runs the `openai` npm client against it, kills
-# each service's container (SIGKILL from outside, as a crash) and checks that docker brings it
+# each service's container (SIGKILL from outside, as a crash) under 8 running streams and checks
+# that every stream ends with [DONE] (a killed gateway may only cut them), that docker brings it
 # back and the next request succeeds (the cpu-expert-worker re-attaching to its segment, not
 # reloading it), scales the gpu-worker and the gateway to 2 and sees both replicas serve, and
 # takes the stack down with nothing left behind.
@@ -36,15 +37,51 @@ say "stack up and healthy in $(( $(date +%s) - t0 )) s"
 
 # The API key is a compose secret (a file), not a flag.
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/models")" = 401 ] || fail "a request without the API key was not refused"
-dc exec -T gateway sh -c 'cat /proc/1/cmdline' | tr '\0' ' ' | grep -q "$key" && fail "the API key is on the gateway's command line"
+gateway_cmdline="$(dc exec -T gateway sh -c 'cat /proc/1/cmdline' | tr '\0' ' ')"
+[[ "$gateway_cmdline" != *"$key"* ]] || fail "the API key is on the gateway's command line: $gateway_cmdline"
+[[ "$gateway_cmdline" == *"--api-key-file /run/secrets/api_key"* ]] || fail "the gateway does not read its key file: $gateway_cmdline"
 
 # --- the openai npm client ------------------------------------------------------------------------
 out="$(tests/deploy/js/run.sh "$base/v1" demo-model "$key" 2>&1)" || fail "openai client: $out"
 say "openai client: $(echo "$out" | tail -n 1)"
 
 # --- crashes: SIGKILL each service's process, docker restarts it ------------------------------------
-recover() {  # recover SERVICE: crash it, then time until a chat succeeds again
+start_streams() {  # 8 streaming completions in the background, each into $work/streamN.{out,rc}
+  local i
+  for i in 1 2 3 4 5 6 7 8; do
+    ( curl -sN --max-time 90 "$base/v1/completions" -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
+        -d '{"model":"demo-model","prompt":"Once upon a time","max_tokens":3000,"temperature":0,"ignore_eos":true,"stream":true}' \
+        >"$work/stream$i.out" 2>/dev/null
+      echo $? >"$work/stream$i.rc" ) &
+  done
+  local until=$(( $(date +%s) + 60 ))
+  for i in 1 2 3 4 5 6 7 8; do  # until every stream has its first event
+    until grep -q '^data: ' "$work/stream$i.out" 2>/dev/null; do
+      [ "$(date +%s)" -lt "$until" ] || fail "stream $i got no event within 60 s"
+      sleep 0.05
+    done
+  done
+}
+judge_streams() {  # judge_streams SERVICE: how the 8 streams ended (into $stream_ends); only a killed gateway may cut them
+  local svc="$1" i rc last complete=0 errored=0 cut=0
+  for i in 1 2 3 4 5 6 7 8; do
+    rc="$(cat "$work/stream$i.rc")"
+    last="$(grep '^data: ' "$work/stream$i.out" | tail -n 1)"
+    if [ "$rc" = 0 ] && [ "$last" = "data: [DONE]" ]; then
+      if grep -q '^data: {"error"' "$work/stream$i.out"; then errored=$((errored + 1)); else complete=$((complete + 1)); fi
+    elif [ "$svc" = gateway ] && [ "$last" != "data: [DONE]" ]; then
+      # A killed gateway can only drop its connections. curl says so (exit 18/52/56) on a direct
+      # connection; through docker's port proxy it may exit 0 on the proxy's clean close.
+      cut=$((cut + 1))
+    else
+      fail "killing $svc: stream $i ended badly (curl exit $rc, last event: ${last:0:120})"
+    fi
+  done
+  stream_ends="$complete complete, $errored error+[DONE], $cut cut"
+}
+recover() {  # recover SERVICE: crash it under 8 running streams, then time until a chat succeeds
   local svc="$1" t0 until status
+  start_streams
   t0=$(date +%s%N)
   crash "$svc"
   until=$(( $(date +%s) + 120 ))
@@ -54,14 +91,19 @@ recover() {  # recover SERVICE: crash it, then time until a chat succeeds again
     [ "$(date +%s)" -lt "$until" ] || fail "no successful chat within 120 s of killing $svc (last status $status: $(cat "$work/last.json" 2>/dev/null))"
     sleep 0.2
   done
-  say "killed $svc (SIGKILL): restarted, next chat 200 after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  wait  # the 8 streams
+  judge_streams "$svc"
+  say "killed $svc (SIGKILL) under 8 streams: restarted, next chat 200 after $ms ms; streams: $stream_ends"
 }
 [ "$(chat)" = 200 ] || fail "chat before the crashes: $(cat "$work/last.json")"
 segments_before="$(dc exec -T cpu-expert-worker flashtier-shm list --json)"
 recover cpu-expert-worker
-"$DOCKER" logs "$(cid_of cpu-expert-worker)" 2>&1 | grep -q "re-attached to segment flashtier-experts" ||
-  fail "the restarted cpu-expert-worker did not re-attach to its segment: $("$DOCKER" logs --tail 5 "$(cid_of cpu-expert-worker)" 2>&1)"
-say "cpu-expert-worker: $("$DOCKER" logs "$(cid_of cpu-expert-worker)" 2>&1 | grep -o 're-attached to segment [^,]*' | tail -n 1)"
+# (The log in a variable: `docker logs | grep -q` under pipefail fails when grep stops reading early.)
+expert_log="$("$DOCKER" logs "$(cid_of cpu-expert-worker)" 2>&1)"
+grep -q "re-attached to segment flashtier-experts" <<<"$expert_log" ||
+  fail "the restarted cpu-expert-worker did not re-attach to its segment: $(tail -n 5 <<<"$expert_log")"
+say "cpu-expert-worker: $(grep -o 're-attached to segment [^,]*' <<<"$expert_log" | tail -n 1)"
 recover gpu-worker
 recover gateway
 segments_after="$(dc exec -T cpu-expert-worker flashtier-shm list --json)"
