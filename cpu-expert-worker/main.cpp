@@ -179,7 +179,14 @@ int run(const WorkerOptions& o, StopSignal& stop) {
   st.engine = nullptr;
   if (ring) ring->stop();
   if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  log_line("stopped; segment " + o.segment + " kept for the next start (remove it with --remove-segment)");
+  // A clean stop leaves no ring behind (clients that still map it see the server gone and
+  // re-open by name); the segment stays on purpose: the next start re-attaches to it.
+  if (ring) {
+    ring.reset();
+    ipc::RingServer::remove(o.ring);
+  }
+  log_line("stopped; ring " + (o.ring == "none" ? std::string("none") : o.ring + " removed") + "; segment " + o.segment +
+           " kept for the next start (list and remove segments with flashtier-shm)");
   return 0;
 }
 

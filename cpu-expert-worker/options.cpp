@@ -7,11 +7,11 @@ namespace ft::cew {
 const char* const kUsage =
     "usage: flashtier-cpu-expert-worker --model DIR [options]\n"
     "  --model DIR            model folder (config.json + safetensors); its routed experts are served\n"
-    "  --listen HOST:PORT     gRPC ExpertTier address (default 0.0.0.0:50071; port 0 picks one; none: off)\n"
+    "  --listen HOST:PORT     gRPC ExpertTier address (default 127.0.0.1:50071, loopback; port 0 picks one; none: off)\n"
     "  --segment NAME         shared-memory segment for the experts (default flashtier-experts)\n"
     "  --ring NAME            shared-memory request ring for co-located gpu-workers\n"
     "                         (default flashtier-experts-ring; none: off)\n"
-    "  --threads N            compute threads (default: physical cores - 1)\n"
+    "  --threads N            compute threads (default or 0: physical cores - 1)\n"
     "  --ring-channels N      gpu-workers the ring can serve at once (default 8)\n"
     "  --ring-max-tokens N    tokens per ring request; larger batches are split (default 256)\n"
     "  --spin-us N            busy-poll the ring this long after a request before sleeping (default 100)\n"
@@ -55,7 +55,7 @@ WorkerOptions parse_options(int argc, char** argv, bool* help) {
     else if (a == "--listen") o.listen = v;
     else if (a == "--segment") o.segment = v;
     else if (a == "--ring") o.ring = v;
-    else if (a == "--threads") o.threads = static_cast<int>(number(a, v, 1, 4096));
+    else if (a == "--threads") o.threads = static_cast<int>(number(a, v, 0, 4096));  // 0: the default (compose passes THREADS=0)
     else if (a == "--ring-channels") o.ring_channels = static_cast<unsigned>(number(a, v, 1, 1024));
     else if (a == "--ring-max-tokens") o.ring_max_tokens = static_cast<unsigned>(number(a, v, 1, 1 << 20));
     else if (a == "--spin-us") o.spin_us = static_cast<unsigned>(number(a, v, 0, 10'000'000));

@@ -6,7 +6,7 @@ namespace ft::cew {
 
 struct WorkerOptions {
   std::string model;
-  std::string listen = "0.0.0.0:50071";     // "none": no gRPC
+  std::string listen = "127.0.0.1:50071";   // loopback by default; "none": no gRPC
   std::string segment = "flashtier-experts";
   std::string ring = "flashtier-experts-ring";  // "none": no shared-memory ring
   int threads = 0;                          // 0: one per physical core minus one

@@ -2,10 +2,16 @@
 
 #include <algorithm>
 #include <cctype>
+#include <atomic>
 #include <cerrno>
+#include <cstring>
+#include <cstdio>
 #include <limits>
+#include <random>
+#include <stdexcept>
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -40,10 +46,33 @@ namespace {
 
 auto token(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
+// What every session shares with the server: the draining switch, counters for the connection
+// limit and for the drain's wait, and the name this instance answers with.
+struct ServerState {
+  std::atomic<bool> draining{false};
+  std::atomic<int> connections{0};
+  std::atomic<int> in_flight{0};
+  // X-Flashtier-Instance: which of several gateways behind one port answered (compose --scale,
+  // Kubernetes replicas); the host name is the container's or pod's name.
+  std::string instance;
+};
+
+// HOST:PID:RANDOM. The random part is needed: gateways sharing one network namespace (compose's
+// `network_mode: service:http-front`) share the host name too, and each is PID 1 of its own PID
+// namespace.
+std::string instance_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  char tag[16];
+  std::snprintf(tag, sizeof tag, "%08x", static_cast<unsigned>(std::random_device{}()));
+  return std::string(host) + ":" + std::to_string(getpid()) + ":" + tag;
+}
+
 class BeastExchange final : public HttpExchange {
  public:
-  BeastExchange(beast::tcp_stream& stream, HttpRequest req, unsigned version, bool keep_alive)
-      : stream_(stream), req_(std::move(req)), version_(version), keep_alive_(keep_alive), read_done_(stream.get_executor()) {}
+  BeastExchange(beast::tcp_stream& stream, HttpRequest req, unsigned version, bool keep_alive, const std::string& instance)
+      : stream_(stream), req_(std::move(req)), version_(version), keep_alive_(keep_alive), instance_(instance),
+        read_done_(stream.get_executor()) {}
 
   const HttpRequest& request() const override { return req_; }
   asio::any_io_executor executor() const override { return stream_.get_executor(); }
@@ -55,6 +84,7 @@ class BeastExchange final : public HttpExchange {
                                 std::vector<std::pair<std::string, std::string>> extra) override {
     http::response<http::string_body> res{static_cast<http::status>(status), version_};
     res.set(http::field::server, "flashtier-gateway");
+    res.set("X-Flashtier-Instance", instance_);
     res.set(http::field::content_type, content_type);
     for (auto& [k, v] : extra) res.set(k, v);
     res.keep_alive(keep_alive_ && !closing_);
@@ -70,6 +100,7 @@ class BeastExchange final : public HttpExchange {
     http::response<http::empty_body> res{http::status::ok, version_};
     res.set(http::field::server, "flashtier-gateway");
     res.set(http::field::content_type, "text/event-stream");
+    res.set("X-Flashtier-Instance", instance_);
     res.set(http::field::cache_control, "no-cache");
     res.set("X-Accel-Buffering", "no");
     res.chunked(true);
@@ -149,6 +180,7 @@ class BeastExchange final : public HttpExchange {
   HttpRequest req_;
   unsigned version_;
   bool keep_alive_;
+  const std::string& instance_;
   bool responded_ = false;
   bool closing_ = false;
   bool watching_ = false;
@@ -175,6 +207,7 @@ ApiError request_error(int status, size_t limit, const std::string& detail = {})
                       "request_too_large"};
     case 431: return ApiError{431, "request headers are too large", "", "invalid_request_error", "headers_too_large"};
     case 400: return ApiError{400, "malformed HTTP request: " + detail, "", "invalid_request_error", "bad_http"};
+    case 503: return ApiError{503, detail, "", "server_error", "unavailable"};
     default: return ApiError{500, "internal error: " + detail, "", "server_error", "internal"};
   }
 }
@@ -182,6 +215,7 @@ ApiError request_error(int status, size_t limit, const std::string& detail = {})
 asio::awaitable<void> write_plain_error(beast::tcp_stream& stream, unsigned version, const ApiError& e) {
   http::response<http::string_body> res{static_cast<http::status>(e.status), version};
   res.set(http::field::server, "flashtier-gateway");
+  if (e.status == 503) res.set(http::field::retry_after, "1");
   res.set(http::field::content_type, "application/json");
   res.keep_alive(false);
   res.body() = error_json(e);
@@ -190,19 +224,42 @@ asio::awaitable<void> write_plain_error(beast::tcp_stream& stream, unsigned vers
   co_await http::async_write(stream, res, token(ec));
 }
 
-asio::awaitable<void> session(App& app, tcp::socket socket) {
+// Counts a connection for --max-connections for as long as the session lives.
+struct ConnectionSlot {
+  explicit ConnectionSlot(ServerState& s) : st(s), count(s.connections.fetch_add(1) + 1) {}
+  ~ConnectionSlot() { st.connections.fetch_sub(1); }
+  ServerState& st;
+  int count;
+};
+
+asio::awaitable<void> session(App& app, ServerState& st, tcp::socket socket) {
   error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
+  ConnectionSlot slot(st);
+  if (slot.count > app.opts.max_connections) {
+    // Over the limit: a clear answer instead of a silent reset, then close at once.
+    app.metrics.count_request("other", 503);
+    const ApiError full = request_error(503, 0, "too many connections (the limit is " + std::to_string(app.opts.max_connections) +
+                                                    "); retry later");
+    stream.expires_after(std::chrono::seconds(5));
+    co_await write_plain_error(stream, 11, full);
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.close();
+    co_return;
+  }
   app.metrics.http_connections.fetch_add(1);
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(app.opts.max_body_bytes);
     parser.header_limit(64 * 1024);
-    stream.expires_after(std::chrono::seconds(app.opts.request_timeout_s));
+    // Headers (and the idle wait before them) have their own, shorter limit than the body, so a
+    // client dribbling header bytes cannot hold a connection for the whole request timeout.
+    stream.expires_after(std::chrono::seconds(app.opts.header_timeout_s));
     co_await http::async_read_header(stream, buffer, parser, token(ec));
     if (!ec && !parser.is_done()) {
+      stream.expires_after(std::chrono::seconds(app.opts.request_timeout_s));
       // Clients that ask first (curl does for bodies over 1 MiB) would otherwise wait a second.
       if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
@@ -235,9 +292,18 @@ asio::awaitable<void> session(App& app, tcp::socket socket) {
     req.path = req.target.substr(0, req.target.find('?'));
     for (const auto& f : msg) req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     req.body = std::move(msg.body());
-    BeastExchange ex(stream, std::move(req), msg.version(), msg.keep_alive());
+    if (st.draining.load() && req.path != "/metrics") {
+      // Draining: /health says so (load balancers and readiness probes take this instance out)
+      // and new work is refused with a reason; requests already running are not touched.
+      app.metrics.count_request(endpoint_label(req.path), 503);
+      const ApiError draining = request_error(503, 0, "the server is shutting down (draining); retry the request");
+      co_await write_plain_error(stream, msg.version(), draining);
+      break;
+    }
+    BeastExchange ex(stream, std::move(req), msg.version(), msg.keep_alive(), st.instance);
     int status = 500;
     std::string failure;
+    st.in_flight.fetch_add(1);
     try {
       status = co_await handle_request(app, ex);
     } catch (const std::exception& e) {
@@ -253,8 +319,9 @@ asio::awaitable<void> session(App& app, tcp::socket socket) {
         co_await ex.respond(500, "application/json", std::move(body), {});
       }
     }
+    st.in_flight.fetch_sub(1);
     app.metrics.count_request(endpoint_label(ex.request().path), status);
-    if (ex.closing() || ex.client_gone()) break;
+    if (ex.closing() || ex.client_gone() || st.draining.load()) break;
   }
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   stream.close();
@@ -264,10 +331,11 @@ asio::awaitable<void> session(App& app, tcp::socket socket) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(App& a, asio::io_context& i) : app(a), ioc(i), acceptor(i) {}
+  Impl(App& a, asio::io_context& i) : app(a), ioc(i), acceptor(i) { state.instance = instance_name(); }
   App& app;
   asio::io_context& ioc;
   tcp::acceptor acceptor;
+  ServerState state;
 
   asio::awaitable<void> accept_loop() {
     for (;;) {
@@ -277,7 +345,7 @@ struct HttpServer::Impl {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
       if (ec) continue;  // e.g. EMFILE: keep serving the others
       auto ex = sock.get_executor();
-      asio::co_spawn(ex, session(app, std::move(sock)), asio::detached);
+      asio::co_spawn(ex, session(app, state, std::move(sock)), asio::detached);
     }
   }
 };
@@ -291,6 +359,13 @@ unsigned short HttpServer::listen(const std::string& host, int port) {
   auto& a = impl_->acceptor;
   a.open(ep.protocol());
   a.set_option(asio::socket_base::reuse_address(true));
+  if (impl_->app.opts.reuse_port) {
+    // Several gateways in one network namespace bind the same port; the kernel spreads new
+    // connections over them (deploy/docker-compose.yml runs scaled gateways this way).
+    const int one = 1;
+    if (::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
+      throw std::runtime_error(std::string("SO_REUSEPORT: ") + std::strerror(errno));
+  }
   a.bind(ep);
   a.listen(asio::socket_base::max_listen_connections);
   return a.local_endpoint().port();
@@ -302,5 +377,9 @@ void HttpServer::stop() {
   error_code ec;
   impl_->acceptor.close(ec);
 }
+
+void HttpServer::begin_drain() { impl_->state.draining.store(true); }
+bool HttpServer::draining() const { return impl_->state.draining.load(); }
+int HttpServer::in_flight() const { return impl_->state.in_flight.load(); }
 
 }  // namespace ft::gateway

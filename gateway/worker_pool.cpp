@@ -1,5 +1,14 @@
 #include "gateway/worker_pool.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <arpa/inet.h>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
 #include <grpcpp/grpcpp.h>
 
 #include "proto/flashtier/generate.grpc.pb.h"
@@ -10,9 +19,11 @@ namespace v1 = flashtier::v1;
 
 struct WorkerPool::Worker {
   std::string address;
+  std::string origin;  // the --worker-dns name it came from; empty for a fixed --worker
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Generation::Stub> stub;
   std::atomic<int> outstanding{0};
+  int slow_polls = 0;  // health polls in a row that timed out (the polling thread's own)
   std::atomic<uint64_t> total{0};
   std::atomic<bool> ready{false};
   mutable std::mutex mu;  // guards the fields below
@@ -26,11 +37,14 @@ namespace {
 
 class GenerateReactor final : public grpc::ClientReadReactor<v1::GenerateResponse>, public GenerateCall {
  public:
-  GenerateReactor(WorkerPool* pool, WorkerPool::Worker* w, EventSink sink) : pool_(pool), w_(w), sink_(std::move(sink)) {}
+  GenerateReactor(WorkerPool* pool, std::shared_ptr<WorkerPool::Worker> w, EventSink sink)
+      : pool_(pool), w_(std::move(w)), sink_(std::move(sink)) {}
 
-  void start(std::shared_ptr<GenerateReactor> self, const v1::GenerateRequest& req) {
+  void start(std::shared_ptr<GenerateReactor> self, const v1::GenerateRequest& req, std::chrono::seconds deadline) {
     self_ = std::move(self);
     req_ = req;
+    // The per-request deadline: the call ends DEADLINE_EXCEEDED and the client gets an error.
+    if (deadline.count() > 0) ctx_.set_deadline(std::chrono::system_clock::now() + deadline);
     w_->stub->async()->Generate(&ctx_, &req_, this);
     StartRead(&resp_);
     StartCall();
@@ -54,11 +68,17 @@ class GenerateReactor final : public grpc::ClientReadReactor<v1::GenerateRespons
 
   void OnDone(const grpc::Status& s) override {
     release();
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) pool_->mark_unreachable(w_->address, s.error_message());
     GenerateEvent ev;
     ev.ended = true;
     ev.status_code = static_cast<int>(s.error_code());
     ev.status_message = s.error_message();
+    if (const std::string* why = pool_->abort_reason(); why && s.error_code() == grpc::StatusCode::CANCELLED) {
+      // Ended by abort_all (the drain timeout): the client hears why, as an error event.
+      ev.status_code = static_cast<int>(grpc::StatusCode::UNAVAILABLE);
+      ev.status_message = *why;
+    } else if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      pool_->mark_unreachable(w_->address, s.error_message());
+    }
     sink_(std::move(ev));
     sink_ = nullptr;  // breaks the cycle through the sink's captured state
     auto keep = std::move(self_);  // the reactor may be freed when this returns
@@ -66,7 +86,7 @@ class GenerateReactor final : public grpc::ClientReadReactor<v1::GenerateRespons
 
  private:
   WorkerPool* pool_;
-  WorkerPool::Worker* w_;
+  std::shared_ptr<WorkerPool::Worker> w_;  // kept alive while the stream runs, even if DNS drops it
   EventSink sink_;
   grpc::ClientContext ctx_;
   v1::GenerateRequest req_;
@@ -96,20 +116,88 @@ std::string escape_label(const std::string& s) {
 
 }  // namespace
 
-WorkerPool::WorkerPool(std::vector<std::string> addresses, std::chrono::milliseconds poll_interval) : interval_(poll_interval) {
-  for (auto& a : addresses) {
-    auto w = std::make_unique<Worker>();
-    w->address = a;
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    w->channel = grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args);
-    w->stub = v1::Generation::NewStub(w->channel);
-    workers_.push_back(std::move(w));
+static std::string read_pem(const std::string& path, const char* flag) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(std::string(flag) + ": cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+WorkerPool::WorkerPool(std::vector<std::string> addresses, std::chrono::milliseconds poll_interval, WorkerPoolOptions opts)
+    : opts_(std::move(opts)), interval_(poll_interval) {
+  if (opts_.tls_ca.empty()) {
+    creds_ = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions so;
+    so.pem_root_certs = read_pem(opts_.tls_ca, "--worker-tls-ca");
+    if (!opts_.tls_cert.empty()) {
+      so.pem_cert_chain = read_pem(opts_.tls_cert, "--worker-tls-cert");
+      so.pem_private_key = read_pem(opts_.tls_key, "--worker-tls-key");
+    }
+    creds_ = grpc::SslCredentials(so);
+  }
+  for (auto& a : addresses) workers_.push_back(make_worker(a, ""));
+  if (!opts_.dns_names.empty()) resolve_dns();
+}
+
+std::shared_ptr<WorkerPool::Worker> WorkerPool::make_worker(const std::string& address, const std::string& origin) const {
+  auto w = std::make_shared<Worker>();
+  w->address = address;
+  w->origin = origin;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A worker found by DNS is dialled by IP; its certificate names the service, not the IP.
+  std::string name = opts_.tls_name;
+  if (name.empty() && !origin.empty()) name = origin.substr(0, origin.rfind(':'));
+  if (!opts_.tls_ca.empty() && !name.empty()) args.SetSslTargetNameOverride(name);
+  w->channel = grpc::CreateCustomChannel(address, creds_, args);
+  w->stub = v1::Generation::NewStub(w->channel);
+  return w;
+}
+
+std::vector<std::shared_ptr<WorkerPool::Worker>> WorkerPool::workers() const {
+  std::lock_guard lk(list_mu_);
+  return workers_;
+}
+
+void WorkerPool::resolve_dns() {
+  for (const std::string& target : opts_.dns_names) {
+    const auto colon = target.rfind(':');
+    const std::string host = target.substr(0, colon), port = target.substr(colon + 1);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    // A failed lookup keeps the workers we have: a name that vanishes for a moment (every
+    // replica restarting) must not empty the pool; the health polls say who is ready.
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || !res) continue;
+    std::set<std::string> found;
+    for (addrinfo* a = res; a; a = a->ai_next) {
+      char ip[INET6_ADDRSTRLEN] = {};
+      if (a->ai_family == AF_INET)
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, ip, sizeof ip);
+      else if (a->ai_family == AF_INET6)
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, ip, sizeof ip);
+      else
+        continue;
+      std::string addr = ip;  // (appends, not `"[" + string`: GCC 12's -Wrestrict false positive)
+      if (a->ai_family == AF_INET6) addr.insert(0, 1, '[').append(1, ']');
+      found.insert(addr.append(1, ':').append(port));
+    }
+    freeaddrinfo(res);
+    std::lock_guard lk(list_mu_);
+    std::erase_if(workers_, [&](const std::shared_ptr<Worker>& w) { return w->origin == target && !found.count(w->address); });
+    for (const auto& addr : found) {
+      bool have = false;
+      for (const auto& w : workers_) have = have || w->address == addr;
+      if (!have) workers_.push_back(make_worker(addr, target));
+    }
   }
 }
 
@@ -133,6 +221,10 @@ void WorkerPool::stop() {
 
 void WorkerPool::poll_loop() {
   for (;;) {
+    if (!opts_.dns_names.empty() && std::chrono::steady_clock::now() >= next_dns_) {
+      resolve_dns();
+      next_dns_ = std::chrono::steady_clock::now() + opts_.dns_interval;
+    }
     poll_once();
     std::unique_lock lk(mu_);
     if (cv_.wait_for(lk, interval_, [this] { return stopping_; })) return;
@@ -141,12 +233,22 @@ void WorkerPool::poll_loop() {
 
 void WorkerPool::poll_once() {
   auto timeout = std::max<std::chrono::milliseconds>(interval_, std::chrono::milliseconds(500));
-  for (auto& w : workers_) {
+  for (auto& w : workers()) {
     grpc::ClientContext hctx;
     hctx.set_deadline(std::chrono::system_clock::now() + timeout);
     v1::HealthResponse hr;
     grpc::Status s = w->stub->Health(&hctx, v1::HealthRequest(), &hr);
     bool serving = s.ok() && hr.status() == v1::HealthResponse::SERVING;
+    // A poll that merely timed out says the worker is slow (a saturated host), not gone: a ready
+    // worker stays ready until kSlowPollsToDown of them in a row. Refused connections and any
+    // answer other than SERVING count at once.
+    constexpr int kSlowPollsToDown = 3;
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && w->ready.load() && ++w->slow_polls < kSlowPollsToDown) {
+      std::lock_guard lk(w->mu);
+      w->detail = "health poll timed out (" + std::to_string(w->slow_polls) + " in a row)";
+      continue;
+    }
+    w->slow_polls = 0;
     v1::StatsResponse st;
     bool have_stats = false;
     if (s.ok()) {
@@ -185,7 +287,7 @@ void WorkerPool::poll_once() {
 }
 
 void WorkerPool::mark_unreachable(const std::string& address, const std::string& detail) {
-  for (auto& w : workers_) {
+  for (auto& w : workers()) {
     if (w->address != address) continue;
     w->ready.store(false);
     std::lock_guard lk(w->mu);
@@ -195,12 +297,34 @@ void WorkerPool::mark_unreachable(const std::string& address, const std::string&
   cv_.notify_all();  // no-op for the sleeping poller; the next poll brings it back
 }
 
+void WorkerPool::abort_all(const std::string& why) {
+  std::vector<std::weak_ptr<GenerateCall>> live;
+  {
+    std::lock_guard lk(live_mu_);
+    if (!aborting_) abort_reason_ = why;
+    aborting_ = true;
+    live.swap(live_);
+  }
+  for (auto& w : live)
+    if (auto c = w.lock()) c->cancel();
+}
+
+const std::string* WorkerPool::abort_reason() const {
+  std::lock_guard lk(live_mu_);
+  return aborting_ ? &abort_reason_ : nullptr;  // (never changes once set)
+}
+
 std::shared_ptr<GenerateCall> WorkerPool::generate(const v1::GenerateRequest& req, EventSink sink, std::string* why) {
-  Worker* best = nullptr;
-  size_t n = workers_.size();
+  if (const std::string* reason = abort_reason()) {
+    if (why) *why = *reason;
+    return nullptr;
+  }
+  const auto all = workers();
+  std::shared_ptr<Worker> best;
+  size_t n = all.size();
   size_t start = static_cast<size_t>(rr_.fetch_add(1) % (n ? n : 1));
   for (size_t k = 0; k < n; ++k) {
-    Worker* w = workers_[(start + k) % n].get();
+    const std::shared_ptr<Worker>& w = all[(start + k) % n];
     if (!w->ready.load()) continue;
     if (!best || w->outstanding.load() < best->outstanding.load()) best = w;
   }
@@ -211,19 +335,24 @@ std::shared_ptr<GenerateCall> WorkerPool::generate(const v1::GenerateRequest& re
   best->outstanding.fetch_add(1);
   best->total.fetch_add(1);
   auto r = std::make_shared<GenerateReactor>(this, best, std::move(sink));
-  r->start(r, req);
+  {
+    std::lock_guard lk(live_mu_);
+    std::erase_if(live_, [](const std::weak_ptr<GenerateCall>& w) { return w.expired(); });
+    live_.push_back(r);
+  }
+  r->start(r, req, opts_.request_deadline);
   return r;
 }
 
 bool WorkerPool::any_ready() const {
-  for (const auto& w : workers_)
+  for (const auto& w : workers())
     if (w->ready.load()) return true;
   return false;
 }
 
 int WorkerPool::outstanding() const {
   int n = 0;
-  for (const auto& w : workers_) n += w->outstanding.load();
+  for (const auto& w : workers()) n += w->outstanding.load();
   return n;
 }
 
@@ -234,7 +363,7 @@ std::optional<v1::ModelInfoResponse> WorkerPool::model_info() const {
 
 std::vector<WorkerSnapshot> WorkerPool::snapshot() const {
   std::vector<WorkerSnapshot> out;
-  for (const auto& w : workers_) {
+  for (const auto& w : workers()) {
     WorkerSnapshot s;
     s.address = w->address;
     s.ready = w->ready.load();

@@ -2,6 +2,8 @@
 // The gpu-workers behind this gateway: one gRPC channel each, a polling thread that keeps their
 // health, model info and scheduler stats fresh, and Generate streams through the callback API
 // (no thread per stream). New streams go to the ready worker with the fewest outstanding streams.
+// Workers are fixed addresses and/or every address a DNS name resolves to (re-resolved by the
+// polling thread: compose `--scale gpu-worker=N`, a Kubernetes headless Service).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +17,10 @@
 #include <vector>
 
 #include "proto/flashtier/generate.pb.h"
+
+namespace grpc {
+class ChannelCredentials;
+}
 
 namespace ft::gateway {
 
@@ -51,15 +57,29 @@ struct WorkerSnapshot {
   uint64_t prefix_hits = 0, prefix_misses = 0, prefix_tokens_saved = 0, prefix_bytes = 0, prefix_evictions = 0;
 };
 
+struct WorkerPoolOptions {
+  std::vector<std::string> dns_names;        // HOST:PORT: one worker per address HOST resolves to
+  std::chrono::milliseconds dns_interval{2000};
+  std::chrono::seconds request_deadline{0};  // deadline of each Generate call (0: none)
+  // TLS to the workers: PEM file paths; empty ca = plaintext. cert+key = mutual TLS.
+  std::string tls_ca, tls_cert, tls_key, tls_name;
+};
+
 class WorkerPool {
  public:
-  WorkerPool(std::vector<std::string> addresses, std::chrono::milliseconds poll_interval);
+  // Throws std::runtime_error when a TLS file cannot be read.
+  WorkerPool(std::vector<std::string> addresses, std::chrono::milliseconds poll_interval, WorkerPoolOptions opts = {});
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   void start();  // polling thread (first poll happens at once)
   void stop();
+
+  // Ends every running stream now, each with an UNAVAILABLE `why` (the client gets an error event
+  // and [DONE]), and refuses new ones with `why`: the drain timeout's last step.
+  void abort_all(const std::string& why);
+  const std::string* abort_reason() const;  // set once abort_all ran
 
   // Opens a Generate stream on the least-loaded ready worker. nullptr (with *why set) when no
   // worker is ready.
@@ -80,8 +100,19 @@ class WorkerPool {
 
  private:
   void poll_loop();
+  std::shared_ptr<Worker> make_worker(const std::string& address, const std::string& origin) const;
+  void resolve_dns();  // adds workers for new addresses of dns_names, drops vanished ones
+  std::vector<std::shared_ptr<Worker>> workers() const;  // a snapshot of the current set
 
-  std::vector<std::unique_ptr<Worker>> workers_;
+  WorkerPoolOptions opts_;
+  std::shared_ptr<grpc::ChannelCredentials> creds_;
+  mutable std::mutex list_mu_;  // guards workers_ (the set changes when DNS answers change)
+  std::vector<std::shared_ptr<Worker>> workers_;
+  std::chrono::steady_clock::time_point next_dns_{};
+  mutable std::mutex live_mu_;  // guards live_, aborting_, abort_reason_
+  std::vector<std::weak_ptr<GenerateCall>> live_;  // running streams, for abort_all
+  bool aborting_ = false;
+  std::string abort_reason_;
   std::chrono::milliseconds interval_;
   std::atomic<uint64_t> rr_{0};
   mutable std::mutex mu_;

@@ -3,11 +3,16 @@
 //                      [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]
 //                      [--prefix-cache-gb G] [--prefix-snapshot-stride N] [--tier-mode M]
 //                      [--expert-cache-gb G] [--admit-per-step N]
-// Serves the public Generation API (proto/flashtier/generate.proto) for one model.
+//                      [--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]]
+// Serves the public Generation API (proto/flashtier/generate.proto) for one model. SIGTERM
+// drains: Health goes NOT_SERVING, new calls get UNAVAILABLE, running ones finish (up to
+// --drain-timeout), then exit 0.
 #include <grpcpp/grpcpp.h>
 
 #include <csignal>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -34,17 +39,31 @@ int usage() {
                "  --admit-per-step N          expert blocks copied into the cache per step at most (default 16)\n"
                "  --tier-wait-s S             CUDA backend: wait up to S s at load for the expert tier (default 300)\n"
                "  --experts local   routed experts in this process (no cpu-expert-worker)\n"
-               "  --experts ADDR    shm:<ring> | grpc:<host:port> | auto:<host:port> of a cpu-expert-worker\n";
+               "  --experts ADDR    shm:<ring> | grpc:<host:port> | auto:<host:port> of a cpu-expert-worker\n"
+               "  --drain-timeout S SIGTERM: running generations get S seconds to finish (default 30)\n"
+               "  --tls-cert F --tls-key F  serve gRPC over TLS (PEM); --tls-client-ca F also requires\n"
+               "                    client certificates signed by F (mutual TLS)\n"
+               "  --listen defaults to 127.0.0.1:50051 (loopback): name an address to serve other hosts\n";
   return 2;
 }
 
-std::atomic<bool> g_stop{false};
+std::atomic<int> g_signals{0};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   ft::worker::WorkerOptions o;
   std::string listen = "127.0.0.1:50051";
+  std::string tls_cert, tls_key, tls_client_ca;
+  int drain_timeout_s = 30;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -68,6 +87,10 @@ int main(int argc, char** argv) {
       else if (a == "--expert-cache-gb") o.expert_cache_gb = std::stod(v);
       else if (a == "--admit-per-step") o.admit_per_step = std::stoi(v);
       else if (a == "--tier-wait-s") o.tier_wait_s = std::stoi(v);
+      else if (a == "--drain-timeout") drain_timeout_s = std::stoi(v);
+      else if (a == "--tls-cert") tls_cert = v;
+      else if (a == "--tls-key") tls_key = v;
+      else if (a == "--tls-client-ca") tls_client_ca = v;
       else return usage();
     }
   } catch (const std::exception& e) {
@@ -83,11 +106,32 @@ int main(int argc, char** argv) {
     std::cerr << "flashtier-gpu-worker: --max-batch-size and --chunk-size must be >= 1\n";
     return 2;
   }
+  if (tls_cert.empty() != tls_key.empty() || (!tls_client_ca.empty() && tls_cert.empty())) {
+    std::cerr << "flashtier-gpu-worker: --tls-cert and --tls-key go together (and --tls-client-ca needs them)\n";
+    return 2;
+  }
+  if (drain_timeout_s < 0) {
+    std::cerr << "flashtier-gpu-worker: --drain-timeout must be >= 0\n";
+    return 2;
+  }
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!tls_cert.empty()) {
+    try {
+      grpc::SslServerCredentialsOptions so(tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                                                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      so.pem_key_cert_pairs.push_back({read_file(tls_key), read_file(tls_cert)});
+      if (!tls_client_ca.empty()) so.pem_root_certs = read_file(tls_client_ca);
+      creds = grpc::SslServerCredentials(so);
+    } catch (const std::exception& e) {
+      std::cerr << "flashtier-gpu-worker: TLS: " << e.what() << "\n";
+      return 2;
+    }
+  }
   ft::worker::WorkerCore core(o);
   ft::worker::GenerationService service(core);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, creds, &port);
   builder.RegisterService(&service);
   grpc::ResourceQuota quota("gpu-worker");
   quota.SetMaxThreads(512);  // one per open stream in the sync API
@@ -97,10 +141,18 @@ int main(int argc, char** argv) {
     std::cerr << "flashtier-gpu-worker: cannot listen on " << listen << "\n";
     return 1;
   }
-  std::cerr << "gpu-worker: listening on port " << port << std::endl;
-  std::signal(SIGTERM, [](int) { g_stop = true; });
-  std::signal(SIGINT, [](int) { g_stop = true; });
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::cerr << "gpu-worker: listening on port " << port << (tls_cert.empty() ? "" : " (TLS)") << std::endl;
+  std::signal(SIGTERM, [](int) { g_signals.fetch_add(1); });
+  std::signal(SIGINT, [](int) { g_signals.fetch_add(1); });
+  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Drain: the running generations finish (a second signal or the timeout cuts them short).
+  service.begin_drain();
+  std::cerr << "gpu-worker: draining (" << service.active_generations() << " generation(s) running, up to "
+            << drain_timeout_s << " s)" << std::endl;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(drain_timeout_s);
+  while (service.active_generations() > 0 && g_signals.load() < 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::cerr << "gpu-worker: drained (" << service.active_generations() << " still running); exiting" << std::endl;
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

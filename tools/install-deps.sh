@@ -3,6 +3,11 @@
 # already installed it only runs dpkg-query and returns in well under a second.
 set -euo pipefail
 
+# --build: only what compiling the services needs (the container images' build stage), not the
+# test tools, docker or the fuzzing toolchain.
+BUILD_ONLY=0
+if [ "${1:-}" = "--build" ]; then BUILD_ONLY=1; fi
+
 PACKAGES=(
   cmake ninja-build ccache pkg-config g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -11,6 +16,15 @@ PACKAGES=(
   libpcre2-dev
   curl jq nodejs npm
 )
+if [ "$BUILD_ONLY" = 1 ]; then
+  PACKAGES=(cmake ninja-build ccache pkg-config g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
+            protobuf-compiler libboost-dev libboost-system-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+            libpcre2-dev)
+else
+  # Deploy tests (tests/deploy): Debian's docker 20.10 client/daemon and compose 1.29, debootstrap
+  # for the local base image, clang's libFuzzer for fuzz/, openssl for the gRPC TLS test.
+  PACKAGES+=(docker.io docker-compose debootstrap clang libfuzzer-14-dev openssl)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

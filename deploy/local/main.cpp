@@ -1,7 +1,8 @@
 // flashtier-local --model DIR --port N [options]
 // Starts cpu-expert-worker, gpu-worker and gateway on this host (loopback gRPC between them, the
 // shared-memory ring between the two workers), prints "ready" once the gateway's /health answers
-// 200, restarts a child that dies, and stops all three on SIGTERM/SIGINT.
+// 200, restarts a child that dies, and stops all three on SIGTERM/SIGINT: one at a time, gateway
+// first, each draining (in-flight requests finish, up to --drain-timeout) before the next.
 #include <limits.h>
 #include <signal.h>
 #include <unistd.h>
@@ -30,7 +31,9 @@ int usage() {
                "         [--segment NAME] [--ring NAME] [--experts-in-process]\n"
                "         [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G] [--prefix-cache-gb G]\n"
                "         [--prefix-snapshot-stride N] [--tier-mode fast|exact|cpu] [--expert-cache-gb G]\n"
-               "         [--admit-per-step N]\n"
+               "         [--admit-per-step N] [--drain-timeout S] [--api-key-file FILE]\n"
+               "  --api-key KEY / --api-key-file FILE / $FLASHTIER_API_KEY: the gateway gets the key through its\n"
+               "  environment, never on its command line.\n"
                "  Starts the three flashtier services for DIR and serves the OpenAI API on ADDR:N\n"
                "  (default 127.0.0.1). Prints 'ready' when the gateway's /health answers 200.\n";
   return 2;
@@ -49,8 +52,8 @@ void log(const std::string& m) { std::cerr << "flashtier-local: " << m << std::e
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, host = "127.0.0.1", api_key, served_name, segment, ring;
-  int port = 0;
+  std::string model, host = "127.0.0.1", api_key, api_key_file, served_name, segment, ring;
+  int port = 0, drain_timeout_s = 30;
   std::vector<std::string> worker_flags, expert_flags;
   bool in_process = false;
   for (int i = 1; i < argc; ++i) {
@@ -66,6 +69,8 @@ int main(int argc, char** argv) {
     else if (a == "--port") port = std::atoi(v.c_str());
     else if (a == "--host") host = v;
     else if (a == "--api-key") api_key = v;
+    else if (a == "--api-key-file") api_key_file = v;
+    else if (a == "--drain-timeout") drain_timeout_s = std::atoi(v.c_str());
     else if (a == "--served-model-name") served_name = v;
     else if (a == "--segment") segment = v;
     else if (a == "--ring") ring = v;
@@ -76,7 +81,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") expert_flags.insert(expert_flags.end(), {a, v});
     else return usage();
   }
-  if (model.empty() || port <= 0 || port > 65535) return usage();
+  if (model.empty() || port <= 0 || port > 65535 || drain_timeout_s < 0) return usage();
   std::error_code ec;
   const std::string model_abs = fs::canonical(model, ec).string();
   if (ec || !fs::exists(fs::path(model_abs) / "config.json")) {
@@ -106,13 +111,18 @@ int main(int argc, char** argv) {
                                  "127.0.0.1:" + std::to_string(worker_port), "--experts",
                                  in_process ? std::string("local") : "auto:127.0.0.1:" + std::to_string(expert_port)}};
     worker.argv.insert(worker.argv.end(), worker_flags.begin(), worker_flags.end());
+    worker.argv.insert(worker.argv.end(), {"--drain-timeout", std::to_string(drain_timeout_s)});
+    worker.stop_grace = std::chrono::seconds(drain_timeout_s + 5);
     if (!served_name.empty()) worker.argv.insert(worker.argv.end(), {"--served-model-name", served_name});
     sup.start(worker);
     ft::local::ChildSpec gateway{"gateway",
                                  {bin + "/flashtier-gateway", "--model-dir", model_abs, "--worker",
                                   "127.0.0.1:" + std::to_string(worker_port), "--port", std::to_string(port),
                                   "--host", host}};
-    if (!api_key.empty()) gateway.argv.insert(gateway.argv.end(), {"--api-key", api_key});
+    gateway.argv.insert(gateway.argv.end(), {"--drain-timeout", std::to_string(drain_timeout_s)});
+    gateway.stop_grace = std::chrono::seconds(drain_timeout_s + 5);
+    if (!api_key_file.empty()) gateway.argv.insert(gateway.argv.end(), {"--api-key-file", api_key_file});
+    else if (!api_key.empty()) gateway.env.push_back("FLASHTIER_API_KEY=" + api_key);
     if (!served_name.empty()) gateway.argv.insert(gateway.argv.end(), {"--served-model-name", served_name});
     sup.start(gateway);
 
@@ -132,7 +142,7 @@ int main(int argc, char** argv) {
       ready = healthy;
       std::this_thread::sleep_for(std::chrono::milliseconds(ready ? 200 : 50));
     }
-    log("signal " + std::to_string(g_signal.load()) + ": stopping the services");
+    log("signal " + std::to_string(g_signal.load()) + ": stopping the services (gateway, gpu-worker, cpu-expert-worker; each drains)");
     sup.stop_all(std::chrono::milliseconds(5000));
     return 0;
   } catch (const ft::Error& e) {

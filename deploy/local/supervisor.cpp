@@ -8,6 +8,8 @@
 #include <cstring>
 #include <thread>
 
+extern char** environ;
+
 #include "shared/core/error.h"
 
 namespace ft::local {
@@ -18,6 +20,18 @@ pid_t Supervisor::spawn(const ChildSpec& spec) {
   std::vector<char*> argv;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The environment is built before fork (no allocation in the child).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    bool replaced = false;
+    for (const auto& x : spec.env) replaced = replaced || kv.compare(0, x.find('=') + 1, x, 0, x.find('=') + 1) == 0;
+    if (!replaced) env_strings.push_back(kv);
+  }
+  env_strings.insert(env_strings.end(), spec.env.begin(), spec.env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   if (access(argv[0], X_OK) != 0)
     throw Error("cannot start " + spec.name + " (" + spec.argv[0] + "): " + std::strerror(errno));
   const pid_t parent = getpid();
@@ -27,7 +41,7 @@ pid_t Supervisor::spawn(const ChildSpec& spec) {
     // Children must not outlive the launcher, even when it is killed with SIGKILL.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   return pid;
@@ -77,10 +91,10 @@ void Supervisor::poll() {
 void Supervisor::stop_all(std::chrono::milliseconds grace) {
   std::unique_lock<std::mutex> l(m_);
   stopping_ = true;
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it)
-    if (it->pid > 0) kill(it->pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + grace;
   for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+    if (it->pid <= 0) continue;
+    kill(it->pid, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + (it->spec.stop_grace.count() > 0 ? it->spec.stop_grace : grace);
     while (it->pid > 0) {
       int status = 0;
       if (waitpid(it->pid, &status, WNOHANG) == it->pid) {

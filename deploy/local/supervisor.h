@@ -14,6 +14,12 @@ namespace ft::local {
 struct ChildSpec {
   std::string name;               // for logs: "cpu-expert-worker"
   std::vector<std::string> argv;  // argv[0] is the executable path
+  // NAME=VALUE added to the inherited environment (secrets stay out of the command line, which
+  // any user can read in ps).
+  std::vector<std::string> env{};
+  // How long stop_all waits for this child after SIGTERM before SIGKILL (0: stop_all's grace).
+  // A draining service gets its drain timeout plus a margin.
+  std::chrono::milliseconds stop_grace{0};
 };
 
 class Supervisor {
@@ -26,7 +32,9 @@ class Supervisor {
   void start(const ChildSpec& spec);
   // Reaps exited children and restarts them when their back-off has passed. Call often.
   void poll();
-  // SIGTERM to every child in reverse start order, then SIGKILL after `grace`.
+  // Stops the children one at a time in reverse start order: SIGTERM, then SIGKILL after the
+  // child's stop_grace (or `grace`). One at a time so a draining gateway's last streams are still
+  // served by the gpu-worker behind it, and a draining gpu-worker still has its experts.
   void stop_all(std::chrono::milliseconds grace);
   // Sends `sig` to the named child (tests, and forwarding).
   bool signal(const std::string& name, int sig);

@@ -19,6 +19,12 @@ grpc::Status GenerationService::not_ready() const {
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
                                          grpc::ServerWriter<pb::GenerateResponse>* writer) {
+  struct Active {  // counted for the drain from before the check, so none slips past it
+    std::atomic<int>& n;
+    explicit Active(std::atomic<int>& a) : n(a) { n.fetch_add(1); }
+    ~Active() { n.fetch_sub(1); }
+  } active(active_);
+  if (draining_.load()) return {grpc::StatusCode::UNAVAILABLE, "the gpu-worker is draining (shutting down)"};
   if (grpc::Status s = not_ready(); !s.ok()) return s;
   static std::atomic<uint64_t> counter{0};
   Request r;
@@ -125,6 +131,11 @@ grpc::Status GenerationService::ModelInfo(grpc::ServerContext*, const pb::ModelI
 }
 
 grpc::Status GenerationService::Health(grpc::ServerContext*, const pb::HealthRequest*, pb::HealthResponse* resp) {
+  if (draining_.load()) {
+    resp->set_status(pb::HealthResponse::NOT_SERVING);
+    resp->set_detail("draining");
+    return grpc::Status::OK;
+  }
   switch (core_.state()) {
     case WorkerCore::State::Loading:
       resp->set_status(pb::HealthResponse::LOADING);

@@ -1,5 +1,7 @@
 #pragma once
 // The public gRPC Generation service (proto/flashtier/generate.proto) over a WorkerCore.
+#include <atomic>
+
 #include "gpu-worker/service/worker_core.h"
 #include "proto/flashtier/generate.grpc.pb.h"
 
@@ -22,9 +24,16 @@ class GenerationService final : public flashtier::v1::Generation::Service {
   grpc::Status Stats(grpc::ServerContext*, const flashtier::v1::StatsRequest*,
                      flashtier::v1::StatsResponse* resp) override;
 
+  // Draining (SIGTERM): Health says NOT_SERVING "draining" and new Generate calls get UNAVAILABLE
+  // (the gateway sends them to another worker); calls already running finish.
+  void begin_drain() { draining_.store(true); }
+  int active_generations() const { return active_.load(); }
+
  private:
   grpc::Status not_ready() const;
   WorkerCore& core_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_{0};  // Generate calls in progress
 };
 
 }  // namespace ft::worker

@@ -241,11 +241,14 @@ TEST_F(EndToEnd, KilledWorkerFailsTheStreamAndItsRestartReattaches) {
   }
 }
 
-TEST_F(EndToEnd, SigtermKeepsTheSegment) {
+TEST_F(EndToEnd, SigtermKeepsTheSegmentAndRemovesTheRing) {
+  ASSERT_TRUE(ipc::ShmMapping::exists(ring));
   worker->proc().kill(SIGTERM);
   EXPECT_EQ(worker->proc().wait(10s), 0);
-  EXPECT_NE(worker->proc().log().find("stopped; segment"), std::string::npos) << worker->proc().log();
+  EXPECT_NE(worker->proc().log().find("stopped; ring " + ring + " removed; segment " + segment + " kept"), std::string::npos)
+      << worker->proc().log();
   EXPECT_TRUE(ipc::ShmMapping::exists(segment));
+  EXPECT_FALSE(ipc::ShmMapping::exists(ring));  // a clean stop leaves no ring behind
   worker = std::make_unique<Worker>(segment, ring, tmp.path(), test::tiny_chat());
   EXPECT_TRUE(worker->wait_ready()["reattached"].get<bool>());
   EXPECT_NE(worker->proc().log().find("re-attached to segment"), std::string::npos);

@@ -15,6 +15,7 @@ namespace v1 = flashtier::v1;
 struct FakeWorker::Impl final : public v1::Generation::Service {
   FakeWorker* owner = nullptr;
   std::string model_name;
+  std::string host = "127.0.0.1";
   mutable std::mutex mu;
   std::function<FakeScript(const v1::GenerateRequest&)> script;
   int health = v1::HealthResponse::SERVING;
@@ -157,11 +158,12 @@ struct FakeWorker::Impl final : public v1::Generation::Service {
   }
 };
 
-FakeWorker::FakeWorker(std::string model_name) : impl_(std::make_unique<Impl>()) {
+FakeWorker::FakeWorker(std::string model_name, std::string host, int port) : impl_(std::make_unique<Impl>()) {
   impl_->owner = this;
   impl_->model_name = std::move(model_name);
+  impl_->host = std::move(host);
   grpc::ServerBuilder b;
-  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &impl_->port);
+  b.AddListeningPort(impl_->host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &impl_->port);
   b.RegisterService(impl_.get());
   impl_->server = b.BuildAndStart();
 }
@@ -176,7 +178,8 @@ void FakeWorker::shutdown() {
   }
 }
 
-std::string FakeWorker::address() const { return "127.0.0.1:" + std::to_string(impl_->port); }
+std::string FakeWorker::address() const { return impl_->host + ":" + std::to_string(impl_->port); }
+int FakeWorker::port() const { return impl_->port; }
 
 void FakeWorker::set_script(std::function<FakeScript(const v1::GenerateRequest&)> f) {
   std::lock_guard lk(impl_->mu);

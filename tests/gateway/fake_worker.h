@@ -28,10 +28,12 @@ struct FakeScript {
 class FakeWorker {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit FakeWorker(std::string model_name = "fake-model");
+  // Listens on HOST:PORT (port 0 picks one; several fakes on one port need distinct 127.x hosts).
+  explicit FakeWorker(std::string model_name = "fake-model", std::string host = "127.0.0.1", int port = 0);
   ~FakeWorker();
 
-  std::string address() const;  // 127.0.0.1:PORT
+  std::string address() const;  // HOST:PORT
+  int port() const;
   void set_script(std::function<FakeScript(const flashtier::v1::GenerateRequest&)> f);
   void set_script(FakeScript s);
   void set_health(int status);  // flashtier::v1::HealthResponse::Status

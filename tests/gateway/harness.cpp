@@ -50,18 +50,22 @@ pid_t spawn(const std::vector<std::string>& args, int out_fd, int err_fd) {
   return pid;
 }
 
+// Waits up to timeout_ms for `pid` to exit and reaps it: its wait status (kept in `status`, so a
+// second call returns it again), or -1 while it still runs.
+int reap_within(pid_t pid, int& status, int timeout_ms) {
+  if (status >= 0) return status;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  do {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) return status = st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (std::chrono::steady_clock::now() < until);
+  return -1;
+}
+
 int connect_to(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) + " failed");
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const int fd = connect_loopback(port);
+  if (fd < 0) throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) + " failed");
   return fd;
 }
 
@@ -295,8 +299,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv_in) : st_(new St
   });
 }
 
+int ChildProcess::wait_exit(int timeout_ms) { return reap_within(pid_, exit_status_, timeout_ms); }
+
 ChildProcess::~ChildProcess() {
-  if (pid_ > 0) {
+  if (pid_ > 0 && exit_status_ < 0) {
     kill(pid_, SIGTERM);
     bool gone = false;
     for (int i = 0; i < 150 && !gone; ++i) {
@@ -332,6 +338,21 @@ std::string ChildProcess::output() const {
 }
 
 bool ChildProcess::running() const { return pid_ > 0 && !st_->eof && kill(pid_, 0) == 0; }
+
+int connect_loopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
 
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -383,14 +404,17 @@ bool test_failed() {
 
 }  // namespace
 
-GatewayProcess::GatewayProcess(const std::vector<std::string>& args) {
+GatewayProcess::GatewayProcess(const std::vector<std::string>& args) : GatewayProcess(args, {}) {}
+
+GatewayProcess::GatewayProcess(const std::vector<std::string>& args, const std::vector<std::string>& prefix) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   char err_path[] = "/tmp/flashtier-gateway-stderr-XXXXXX";
   int err_fd = ::mkostemp(err_path, O_CLOEXEC);
   if (err_fd < 0) throw std::runtime_error("mkstemp failed");
   stderr_path_ = err_path;
-  std::vector<std::string> argv_s{bin_path("flashtier-gateway")};
+  std::vector<std::string> argv_s = prefix;
+  argv_s.push_back(bin_path("flashtier-gateway"));
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   pid_ = spawn(argv_s, pipefd[1], err_fd);
   ::close(pipefd[1]);
@@ -434,7 +458,7 @@ GatewayProcess::~GatewayProcess() {
     std::erase(live_gateways, this);
   }
   bool died = false;  // before we asked it to stop
-  if (pid_ > 0) {
+  if (pid_ > 0 && exit_status_ < 0) {
     int st = 0;
     if (waitpid(pid_, &st, WNOHANG) == pid_) {
       died = true;
@@ -471,6 +495,10 @@ std::string GatewayProcess::report() const {
   return "flashtier-gateway (pid " + std::to_string(pid_) + ", port " + std::to_string(port_) + ") " + state +
          (err.empty() ? "; stderr empty\n" : "; stderr:\n" + err + (err.back() == '\n' ? "" : "\n"));
 }
+
+int GatewayProcess::wait_exit(int timeout_ms) { return reap_within(pid_, exit_status_, timeout_ms); }
+
+std::string GatewayProcess::stderr_text() const { return file_tail(stderr_path_, 64 * 1024); }
 
 std::string GatewayProcess::report_all() {
   std::lock_guard lk(live_mu);

@@ -51,16 +51,21 @@ class ChildProcess {
   std::string output() const;
   bool running() const;
   pid_t pid() const { return pid_; }
+  // Waits for the process to exit and reaps it: its wait status, or -1 on timeout.
+  int wait_exit(int timeout_ms);
 
  private:
   pid_t pid_ = -1;
   int fd_ = -1;
+  int exit_status_ = -1;
   struct State;
   State* st_;
 };
 
 // A TCP port that was free a moment ago.
 int free_port();
+// A TCP connection to 127.0.0.1:port (TCP_NODELAY), or -1 when none can be made.
+int connect_loopback(int port);
 
 // The gateway binary as a child process. Its stderr goes to a file; the harness prints the
 // process's state and the end of that file when a request gets no response (status 0) and, at
@@ -68,6 +73,8 @@ int free_port();
 class GatewayProcess {
  public:
   explicit GatewayProcess(const std::vector<std::string>& args);
+  // `prefix` runs before the binary, e.g. {"unshare", "-m", ...} to give it its own /etc/hosts.
+  GatewayProcess(const std::vector<std::string>& args, const std::vector<std::string>& prefix);
   ~GatewayProcess();
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
@@ -79,6 +86,9 @@ class GatewayProcess {
   std::string report() const;
   // The reports of every gateway this process runs.
   static std::string report_all();
+  // Waits for the process to exit and reaps it: its wait status, or -1 on timeout.
+  int wait_exit(int timeout_ms);
+  std::string stderr_text() const;  // the last 64 KB of its stderr
 
  private:
   pid_t pid_ = -1;
