@@ -396,10 +396,10 @@ std::string GlmStreamParser::final_arguments(int index) const {
   if (index < 0 || static_cast<size_t>(index) >= pairs_.size()) return {};
   // Python dict semantics: a key keeps its first position and takes its last value.
   std::vector<std::pair<std::string, std::string>> kept;
-  for (const auto& [k, v] : pairs_[index]) {
-    auto it = std::find_if(kept.begin(), kept.end(), [&](const auto& p) { return p.first == k; });
-    if (it != kept.end()) it->second = v;
-    else kept.emplace_back(k, v);
+  for (const auto& kv : pairs_[index]) {  // not a structured binding: clang 14 cannot capture one
+    auto it = std::find_if(kept.begin(), kept.end(), [&](const auto& p) { return p.first == kv.first; });
+    if (it != kept.end()) it->second = kv.second;
+    else kept.emplace_back(kv.first, kv.second);
   }
   if (kept.empty()) return "{}";
   std::string s = "{";
