@@ -16,7 +16,7 @@ t0=$(date +%s)
 if [ ! -f "$build/CMakeCache.txt" ]; then
   CC=clang CXX=clang++ cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFLASHTIER_FUZZ=ON -DFLASHTIER_CUDA=OFF \
-    -DFLASHTIER_EXCLUDE="proto;tests;tools;gpu-worker;cpu-expert-worker;gateway;deploy;exl3;ops;engine;sampling;ipc" \
+    -DFLASHTIER_EXCLUDE="tests;tools;gpu-worker;cpu-expert-worker;gateway;deploy;exl3;ops;engine;ipc" \
     -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined" >/dev/null
 fi
 nice -n 10 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$build/fuzz-build.log" 2>&1 ||
