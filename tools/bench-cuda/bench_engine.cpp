@@ -21,6 +21,7 @@
 #include "gpu-worker/backends/cuda/engine/op_profile.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/synthetic_model.h"
+#include "tools/bench-cuda/bench_util.h"
 #include "tools/bench-cuda/hbm_probe.h"
 
 using namespace ft;
@@ -28,13 +29,8 @@ using namespace ft::cuda;
 
 namespace {
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ',')) v.push_back(std::stoll(x));
-  return v;
-}
+using bench::median;
+using bench::parse_list;
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -60,11 +56,6 @@ int32_t prefill(Engine& e, uint64_t s, const std::vector<int32_t>& p, int64_t ch
     e.step(std::span<const StepItem>(&it, 1), r);
   }
   return r[0].token;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 void print_profile(const char* title, OpProfile& prof, double step_ms) {

@@ -44,6 +44,7 @@
 #include "shared/exl3/expert_forward.h"
 #include "shared/exl3/thread_pool.h"
 #include "shared/ipc/expert_segment.h"
+#include "tools/bench-cuda/bench_util.h"
 #include "tools/bench-cuda/hbm_probe.h"
 
 using namespace ft;
@@ -51,21 +52,11 @@ using namespace ft::cuda;
 
 namespace {
 
+using bench::median;
+using bench::parse_list;
+
 using clk = std::chrono::steady_clock;
 double secs(clk::time_point a) { return std::chrono::duration<double>(clk::now() - a).count(); }
-
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ',')) v.push_back(std::stoll(x));
-  return v;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 uint64_t mem_available_bytes() {
   std::ifstream f("/proc/meminfo");

@@ -1,0 +1,26 @@
+#pragma once
+// Small helpers the GPU benchmarks share: list flags ("1,2,4,8") and the median of timings.
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace ft::cuda::bench {
+
+// "1,2,4,8" → {1, 2, 4, 8}; std::stoll throws for a bad element.
+inline std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) v.push_back(std::stoll(x));
+  return v;
+}
+
+// The upper median (0 for no samples).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace ft::cuda::bench
