@@ -25,11 +25,14 @@ int usage() {
                "         [--max-batch-size N] [--chunk-size N] [--context-size N] [--max-queue N]\n"
                "         [--served-model-name NAME] [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]\n"
                "         [--prefix-cache-gb G] [--prefix-snapshot-stride N] [--tier-mode fast|exact|cpu]\n"
-               "         [--expert-cache-gb G] [--admit-per-step N]\n"
+               "         [--expert-cache-gb G] [--admit-per-step N] [--precision auto|fp32|fp16]\n"
                "  --backend         cuda: the GPU engine; cpu: the fp32 reference engine; auto (default):\n"
                "                    cuda when a GPU is present, else cpu (the choice is logged at start)\n"
                "  --device N        CUDA device index (default 0)\n"
                "  --vram-budget-gb  cap on all VRAM the worker allocates (default: the card's free memory)\n"
+               "  --precision P     CUDA backend: fp32 (fp32 activations and caches: the reference engine's\n"
+               "                    results), fp16 (tensor-core operands, fp32 accumulation), or auto\n"
+               "                    (default): fp32 for bf16/fp32 checkpoints, fp16 for EXL3 ones\n"
                "  --prefix-cache-gb G         memory for prefix-cache snapshots (default 2; 0: off)\n"
                "  --prefix-snapshot-stride N  also snapshot long prefills every N tokens (default 4096; 0: at request ends only)\n"
                "  --tier-mode fast|exact|cpu  CUDA backend, remote EXL3 experts: exact = the GPU reads cache misses\n"
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
       else if (a == "--prefix-cache-gb") o.prefix_cache_gb = std::stod(v);
       else if (a == "--prefix-snapshot-stride") o.prefix_snapshot_stride = std::stoll(v);
       else if (a == "--tier-mode") o.tier_mode = v;
+      else if (a == "--precision") o.precision = v;
       else if (a == "--expert-cache-gb") o.expert_cache_gb = std::stod(v);
       else if (a == "--admit-per-step") o.admit_per_step = std::stoi(v);
       else if (a == "--tier-wait-s") o.tier_wait_s = std::stoi(v);
@@ -98,6 +102,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.model_dir.empty()) return usage();
+  if (o.precision != "auto" && o.precision != "fp32" && o.precision != "fp16") {
+    std::cerr << "flashtier-gpu-worker: --precision must be auto, fp32 or fp16\n";
+    return 2;
+  }
   if (o.tier_mode != "fast" && o.tier_mode != "exact" && o.tier_mode != "cpu") {
     std::cerr << "flashtier-gpu-worker: --tier-mode must be fast, exact or cpu\n";
     return 2;

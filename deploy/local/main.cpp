@@ -31,7 +31,7 @@ int usage() {
                "         [--segment NAME] [--ring NAME] [--experts-in-process]\n"
                "         [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G] [--prefix-cache-gb G]\n"
                "         [--prefix-snapshot-stride N] [--tier-mode fast|exact|cpu] [--expert-cache-gb G]\n"
-               "         [--admit-per-step N] [--drain-timeout S] [--api-key-file FILE]\n"
+               "         [--admit-per-step N] [--precision auto|fp32|fp16] [--drain-timeout S] [--api-key-file FILE]\n"
                "  --api-key KEY / --api-key-file FILE / $FLASHTIER_API_KEY: the gateway gets the key through its\n"
                "  environment, never on its command line.\n"
                "  Starts the three flashtier services for DIR and serves the OpenAI API on ADDR:N\n"
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     else if (a == "--ring") ring = v;
     else if (a == "--max-batch-size" || a == "--chunk-size" || a == "--context-size" || a == "--backend" ||
              a == "--device" || a == "--vram-budget-gb" || a == "--prefix-cache-gb" || a == "--prefix-snapshot-stride" || a == "--tier-mode" ||
-             a == "--expert-cache-gb" || a == "--admit-per-step")
+             a == "--expert-cache-gb" || a == "--admit-per-step" || a == "--precision")
       worker_flags.insert(worker_flags.end(), {a, v});
     else if (a == "--threads") expert_flags.insert(expert_flags.end(), {a, v});
     else return usage();

@@ -44,6 +44,7 @@ std::unique_ptr<Engine> make_engine(const ModelWeights& w, ExpertBackend* expert
     o.max_sequences = c.max_sequences;
     o.max_tokens_per_step = c.max_tokens_per_step;
     o.context_size = c.context_size;
+    o.precision = c.precision;
     o.expert_segment = c.expert_segment;
     o.tier_mode = c.tier_mode;
     o.expert_cache_bytes = c.expert_cache_bytes;

@@ -17,6 +17,7 @@ struct EngineConfig {
   int max_sequences = 8;
   int64_t max_tokens_per_step = 8192;
   int64_t context_size = 32768;
+  std::string precision = "auto";      // CUDA backend: auto | fp32 | fp16 (CudaEngineOptions::precision)
   uint64_t prefix_cache_bytes = 0;     // 0: no prefix cache
   int64_t prefix_snapshot_stride = 0;  // snapshots during long prefills (0: at request ends only)
   // CUDA backend with remote experts: the tier's segment ("" : none reachable), its mode, the

@@ -69,6 +69,7 @@ void WorkerCore::load() {
     ec.prefix_cache_bytes = static_cast<uint64_t>(opts_.prefix_cache_gb * 1073741824.0);
     ec.prefix_snapshot_stride = opts_.prefix_snapshot_stride;
     ec.tier_mode = opts_.tier_mode;
+    ec.precision = opts_.precision;
     ec.expert_cache_bytes = static_cast<uint64_t>(opts_.expert_cache_gb * 1073741824.0);
     ec.admit_per_step = opts_.admit_per_step;
     if (backend == "cuda" && experts_ && opts_.tier_mode != "cpu") {

@@ -28,6 +28,7 @@ struct WorkerOptions {
   double vram_budget_gb = 0;      // 0: the card's free memory
   double prefix_cache_gb = 2;     // prefix-cache snapshots (0: off)
   std::string tier_mode = "fast"; // remote experts on the CUDA backend: fast | exact | cpu
+  std::string precision = "auto"; // CUDA backend: auto | fp32 | fp16 (CudaEngineOptions::precision)
   double expert_cache_gb = 0;     // VRAM expert cache (0: what the VRAM budget leaves)
   int admit_per_step = 16;        // expert blocks copied into the cache per step at most
   int tier_wait_s = 300;          // how long a CUDA worker waits at load for the expert tier

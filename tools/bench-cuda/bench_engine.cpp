@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
     o.max_sequences = static_cast<int>(*std::max_element(batches.begin(), batches.end()));
     o.max_tokens_per_step = std::max<int64_t>(max_prefill, 2048);
     o.context_size = std::max(context + steps + 64, max_prefill + 64);
+    o.precision = "fp16";  // the tensor-core path (the product's, for EXL3 checkpoints)
     const double t0 = now_ms();
     CudaEngine eng(synthetic_weights(cfg, 1), nullptr, o);
     std::printf("synthetic model: %lld layers, %lld routed experts top-%lld, vocab %lld; built in %.1f s\n",

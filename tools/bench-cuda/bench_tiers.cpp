@@ -183,6 +183,7 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
   o.max_sequences = max_seqs;
   o.max_tokens_per_step = S.chunk;
   o.context_size = context;
+  o.precision = "fp16";  // the tensor-core path (the product's, for EXL3 checkpoints)
   o.expert_segment = S.segment;
   o.tier_mode = "exact";
   o.expert_cache_bytes = S.expert_cache;

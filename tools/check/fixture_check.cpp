@@ -279,6 +279,7 @@ FixtureCheckResult run_fixture_check(const FixtureCheckOptions& opts, std::ostre
     worker::EngineConfig ec;
     ec.backend = worker::resolve_backend(opts.backend);
     ec.device = opts.device;
+    ec.precision = opts.precision;
     ec.vram_budget_bytes = static_cast<uint64_t>(opts.vram_budget_gb * 1073741824.0);
     ec.max_sequences = 1;
     ec.max_tokens_per_step = std::max<int64_t>(longest, 1);

@@ -16,7 +16,12 @@ struct FixtureCheckOptions {
   std::string backend = "cpu";  // "cpu" (fp32 reference engine) or "cuda"
   int device = 0;
   double vram_budget_gb = 0;
-  // Tolerances; the cuda backend runs fp16 tensor-core operands, so it is judged at bf16 level:
+  // cuda: the engine's precision (CudaEngineOptions::precision). The references are fp32
+  // arithmetic, so the check runs the engine's fp32 precision unless told otherwise (fp16 or
+  // auto check the tensor-core path, whose fp16 operands flip routing and sparse selections at
+  // near ties on random tiny models).
+  std::string precision = "fp32";
+  // Tolerances; the cuda backend is judged at bf16 level:
   // rel L2 ≤ 3e-3, top-1 ≥ 0.99, and a greedy disagreement is forgiven only where the
   // reference's own top-2 gap is below near_tie_gap·rms(reference row) (counted and reported).
   double max_rel_l2 = 1e-4;

@@ -38,8 +38,9 @@ FixtureCase fixture_case(const std::string& name, int i) {
   return c;
 }
 
-CudaEngineOptions small_options(int seqs = 8) {
+CudaEngineOptions small_options(int seqs = 8, const char* precision = "auto") {
   CudaEngineOptions o;
+  o.precision = precision;
   o.max_sequences = seqs;
   o.max_tokens_per_step = 512;
   o.context_size = 1024;
@@ -67,10 +68,20 @@ std::vector<float> prefill(Engine& e, uint64_t s, const std::vector<int32_t>& pr
 }
 
 class CudaEngineTest : public test::GpuTest {};
+// Invariance and lifecycle tests run in both precisions (the fixtures' default is fp32).
+class CudaEnginePrecision : public CudaEngineTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_F(CudaEngineTest, AutoPrecisionIsFp32ForDenseCheckpointsAndFp16ForExl3Ones) {
+  EXPECT_TRUE(CudaEngine(weights("glm5-tiny-chat"), nullptr, small_options(2)).fp32());
+  EXPECT_FALSE(CudaEngine(weights("glm5-tiny-exl3"), nullptr, small_options(2)).fp32());
+  EXPECT_TRUE(CudaEngine(weights("glm5-tiny-exl3"), nullptr, small_options(2, "fp32")).fp32());
+  EXPECT_FALSE(CudaEngine(weights("glm5-tiny-chat"), nullptr, small_options(2, "fp16")).fp32());
+  EXPECT_THROW(CudaEngine(weights("glm5-tiny-chat"), nullptr, small_options(2, "fp8")), Error);
+}
 
 TEST_F(CudaEngineTest, GreedyDecodeFollowsTheFixture) {
-  for (const char* name : {"glm5-tiny-a", "glm5-tiny-chat"}) {
-    CudaEngine e(weights(name), nullptr, small_options());
+  for (const char* name : {"glm5-tiny-a", "glm5-tiny-chat", "glm5-tiny-exl3"}) {
+    CudaEngine e(weights(name), nullptr, small_options(8, "fp32"));
     for (int ci = 0; ci < 3; ++ci) {
       const FixtureCase c = fixture_case(name, ci);
       SequenceSpec spec;
@@ -94,8 +105,8 @@ TEST_F(CudaEngineTest, GreedyDecodeFollowsTheFixture) {
         e.step(std::span<const StepItem>(&d, 1), r);
         got.push_back(r[0].token);
       }
-      // Greedy tokens can part from the fixture only at a near tie; these fixtures have none at
-      // fp16-operand noise (flashtier-check reports the margins).
+      // fp32 precision (these checkpoints' default) makes the reference's decisions, so the
+      // greedy tokens are the fixture's.
       EXPECT_EQ(got, c.generated) << name << " case " << ci;
       e.close(s);
     }
@@ -103,8 +114,8 @@ TEST_F(CudaEngineTest, GreedyDecodeFollowsTheFixture) {
   }
 }
 
-TEST_F(CudaEngineTest, PromptInPiecesOfSixtyFourEqualsOnePieceBitForBit) {
-  CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options());
+TEST_P(CudaEnginePrecision, PromptInPiecesOfSixtyFourEqualsOnePieceBitForBit) {
+  CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options(8, GetParam()));
   FixtureCase c = fixture_case("glm5-tiny-chat", 2);
   std::vector<int32_t> prompt;
   while (prompt.size() < 300) prompt.insert(prompt.end(), c.input.begin(), c.input.end());
@@ -126,8 +137,8 @@ TEST_F(CudaEngineTest, PromptInPiecesOfSixtyFourEqualsOnePieceBitForBit) {
 
 // A step longer than MLA's row pass (kMlaRowsPerPass) runs its sparse layers in passes; every
 // row of it keeps the bits it gets in 64-token pieces.
-TEST_F(CudaEngineTest, AStepLongerThanOneMlaPassEqualsPiecesBitForBit) {
-  CudaEngineOptions o = small_options(2);
+TEST_P(CudaEnginePrecision, AStepLongerThanOneMlaPassEqualsPiecesBitForBit) {
+  CudaEngineOptions o = small_options(2, GetParam());
   o.max_tokens_per_step = 1600;
   o.context_size = 2048;
   CudaEngine e(weights("glm5-tiny-chat"), nullptr, o);
@@ -151,8 +162,8 @@ TEST_F(CudaEngineTest, AStepLongerThanOneMlaPassEqualsPiecesBitForBit) {
   EXPECT_EQ(bad, 0u);
 }
 
-TEST_F(CudaEngineTest, ASequenceAloneEqualsItAmongSevenOthersBitForBit) {
-  CudaEngineOptions o = small_options();
+TEST_P(CudaEnginePrecision, ASequenceAloneEqualsItAmongSevenOthersBitForBit) {
+  CudaEngineOptions o = small_options(8, GetParam());
   o.graphs = false;  // logits come back only from eager steps
   CudaEngine e(weights("glm5-tiny-chat"), nullptr, o);
   const FixtureCase c0 = fixture_case("glm5-tiny-chat", 0);
@@ -198,10 +209,10 @@ TEST_F(CudaEngineTest, ASequenceAloneEqualsItAmongSevenOthersBitForBit) {
   EXPECT_EQ(test::bit_mismatches(alone.data(), crowded.data(), alone.size()), 0u);
 }
 
-TEST_F(CudaEngineTest, GraphReplayGivesTheEagerTokens) {
+TEST_P(CudaEnginePrecision, GraphReplayGivesTheEagerTokens) {
   const FixtureCase c = fixture_case("glm5-tiny-a", 1);
   auto run = [&](bool graphs) {
-    CudaEngineOptions o = small_options();
+    CudaEngineOptions o = small_options(8, GetParam());
     o.graphs = graphs;
     CudaEngine e(weights("glm5-tiny-a"), nullptr, o);
     SequenceSpec spec;
@@ -277,12 +288,12 @@ TEST_F(CudaEngineTest, RefusesWhatItCannotHoldAndKeepsServing) {
   EXPECT_THROW(e.step(std::span<const StepItem>(&it, 1), r), Error);
 }
 
-TEST_F(CudaEngineTest, CancellingASequenceBetweenGraphStepsLeavesTheOthersAlone) {
+TEST_P(CudaEnginePrecision, CancellingASequenceBetweenGraphStepsLeavesTheOthersAlone) {
   // Three sequences decode from graphs; one is closed mid-way (a cancelled stream), a new one
   // joins in its slot; the two survivors' tokens equal their solo runs.
   const FixtureCase c = fixture_case("glm5-tiny-chat", 1);
   auto solo = [&](size_t cut) {
-    CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options());
+    CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options(8, GetParam()));
     SequenceSpec spec;
     spec.sampling.temperature = 0;
     spec.max_tokens = 200;
@@ -306,7 +317,7 @@ TEST_F(CudaEngineTest, CancellingASequenceBetweenGraphStepsLeavesTheOthersAlone)
     }
     return out;
   };
-  CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options());
+  CudaEngine e(weights("glm5-tiny-chat"), nullptr, small_options(8, GetParam()));
   SequenceSpec spec;
   spec.sampling.temperature = 0;
   spec.max_tokens = 200;
@@ -329,9 +340,10 @@ TEST_F(CudaEngineTest, CancellingASequenceBetweenGraphStepsLeavesTheOthersAlone)
       e.close(seqs[1]);
       live = {0, 2};
       const uint64_t x = e.open(spec);
+      const FixtureCase stranger = fixture_case("glm5-tiny-chat", 0);  // outlives the step that reads its tokens
       StepItem p;
       p.seq = x;
-      p.tokens = fixture_case("glm5-tiny-chat", 0).input;
+      p.tokens = stranger.input;
       p.sample = true;
       std::vector<StepResult> rx;
       e.step(std::span<const StepItem>(&p, 1), rx);
@@ -354,6 +366,9 @@ TEST_F(CudaEngineTest, CancellingASequenceBetweenGraphStepsLeavesTheOthersAlone)
   EXPECT_EQ(out[2], solo(2));
   EXPECT_GT(e.graph_steps(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaEnginePrecision, ::testing::Values("fp32", "fp16"),
+                         [](const auto& i) { return std::string(i.param); });
 
 }  // namespace
 }  // namespace ft::cuda

@@ -3,6 +3,11 @@
 // each sparse layer's selected pools per query, the prefill logits of every row, and the sampled
 // token against the argmax of the logits it came from. When a fixture check fails these say
 // where: the first layer that parts from the reference, and whether its selection did.
+//
+// In fp32 precision (the engine's default for these dense checkpoints, and what flashtier-check
+// runs) every layer stays within 1e-4 of the reference and every routing and selection decision
+// is the reference's. (fp16 operands drift ~1e-3 and flip near-tie decisions on these random
+// models; that path is covered op by op against the references and by the invariance tests.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,6 +78,7 @@ void compare(const std::string& name, int ci) {
   const std::vector<float> want = ref.prefill(st, prompt, true, &obs);
 
   CudaEngineOptions o;
+  o.precision = "fp32";
   o.max_sequences = 1;
   o.max_tokens_per_step = 512;
   o.context_size = 1024;
@@ -117,7 +123,7 @@ void compare(const std::string& name, int ci) {
   const float* last = r[0].logits.data() + (P - 1) * V;
   EXPECT_EQ(r[0].token, static_cast<int32_t>(std::max_element(last, last + V) - last));
 
-  int64_t first_bad = -1;
+  int64_t first_bad = -1, decisions_differ = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     ASSERT_TRUE(got_layers.count(l) && obs.layers.count(l)) << "layer " << l;
     const double e = rel_l2(got_layers[l].data(), obs.layers[l].data(), P * HCD);
@@ -136,8 +142,9 @@ void compare(const std::string& name, int ci) {
       for (int64_t t = 0; t < P; ++t) {
         const int64_t kp = c.index_kpool, nvis = (t + 1) / kp;
         std::set<int32_t> g;
-        if (nvis <= Bp) {
-          for (int64_t q = 0; q <= t; ++q) g.insert(static_cast<int32_t>(q));
+        if (nvis <= Bp) {  // every visible pool, then the tail when the config selects it
+          const int64_t last = c.index_kpool_always_select_tail ? t : nvis * kp - 1;
+          for (int64_t q = 0; q <= last; ++q) g.insert(static_cast<int32_t>(q));
         } else {
           for (int64_t k = 0; k < count[t]; ++k)
             for (int64_t j = 0; j < kp; ++j) g.insert(static_cast<int32_t>(pools[t * Bp + k] * kp + j));
@@ -149,6 +156,7 @@ void compare(const std::string& name, int ci) {
           if (first_differ < 0) first_differ = t;
         }
       }
+      decisions_differ += differ;
       sel_note = "; selection differs at " + std::to_string(differ) + " of " + std::to_string(P) + " queries" +
                  (first_differ >= 0 ? " (first at position " + std::to_string(first_differ) + ")" : "");
     }
@@ -162,21 +170,23 @@ void compare(const std::string& name, int ci) {
           if (first_differ < 0) first_differ = t;
         }
       }
+      decisions_differ += differ;
       sel_note += "; experts differ at " + std::to_string(differ) + " tokens" +
                   (first_differ >= 0 ? " (first at position " + std::to_string(first_differ) + ")" : "");
     }
     std::printf("%s case %d layer %lld (%s, %s): rel L2 %.3e, worst row %lld (%.3e)%s\n", name.c_str(), ci,
                 static_cast<long long>(l), c.is_sparse(l) ? "sparse" : "kda", c.is_moe(l) ? "moe" : "dense", e,
                 static_cast<long long>(worst_row), worst, sel_note.c_str());
-    if (e > 1e-2 && first_bad < 0) first_bad = l;
+    if (e > 1e-4 && first_bad < 0) first_bad = l;
   }
   int64_t bad_rows = 0;
-  for (int64_t t = 0; t < P; ++t) bad_rows += rel_l2(r[0].logits.data() + t * V, want.data() + t * V, V) > 1e-2;
-  std::printf("%s case %d: %lld of %lld prefill logit rows beyond 1e-2 rel L2; first layer beyond 1e-2: %lld\n",
+  for (int64_t t = 0; t < P; ++t) bad_rows += rel_l2(r[0].logits.data() + t * V, want.data() + t * V, V) > 1e-4;
+  std::printf("%s case %d: %lld of %lld prefill logit rows beyond 1e-4 rel L2; first layer beyond 1e-4: %lld\n",
               name.c_str(), ci, static_cast<long long>(bad_rows), static_cast<long long>(P),
               static_cast<long long>(first_bad));
   EXPECT_EQ(first_bad, -1);
   EXPECT_EQ(bad_rows, 0);
+  EXPECT_EQ(decisions_differ, 0) << "routing or sparse selections differ from the reference";
 }
 
 class EngineVsReference : public test::GpuTest {};
@@ -189,8 +199,15 @@ TEST_F(EngineVsReference, TinyChatLayerByLayer) {
 }
 TEST_F(EngineVsReference, VariantsLayerByLayer) {
   for (const char* v : {"glm5-variants/glm5-var-fp32-kpool1", "glm5-variants/glm5-var-notail",
-                        "glm5-variants/glm5-var-allsparse-kpool16"})
+                        "glm5-variants/glm5-var-allsparse-kpool16", "glm5-variants/glm5-var-12layer",
+                        "glm5-variants/glm5-var-group-softplus", "glm5-variants/glm5-var-shared-indexer",
+                        "glm5-variants/glm5-var-hc2-wide", "glm5-variants/glm5-var-tied"})
     compare(v, 1);
+}
+// EXL3 linears in fp32 precision: computed from their decoded dense weights, as the reference
+// engine computes them.
+TEST_F(EngineVsReference, TinyExl3LayerByLayer) {
+  for (int ci : {1, 2}) compare("glm5-tiny-exl3", ci);
 }
 
 }  // namespace

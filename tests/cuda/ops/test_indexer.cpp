@@ -97,10 +97,34 @@ struct Rows {
 struct IndexerCache {
   DevBuf<__half> latent, key, gate;
   DevBuf<float> pool_keys;
-  IndexerCache(const Seqs& q, int64_t Rkv, int64_t ID)
+  DevBuf<float> latent32, key32, gate32;  // an fp32-precision engine's cache (when fp32)
+  bool fp32 = false;
+  IndexerCache(const Seqs& q, int64_t Rkv, int64_t ID, bool f32 = false)
       : latent(q.n_blocks * q.bt * Rkv), key(q.n_blocks * q.bt * ID), gate(q.n_blocks * q.bt * ID),
-        pool_keys(q.n_blocks * kPoolsPerBlock * ID) {}
-  SparseCacheLayer layer() const { return {latent.get(), key.get(), gate.get(), pool_keys.get()}; }
+        pool_keys(q.n_blocks * kPoolsPerBlock * ID), fp32(f32) {
+    if (fp32) {
+      latent32 = DevBuf<float>(q.n_blocks * q.bt * Rkv);
+      key32 = DevBuf<float>(q.n_blocks * q.bt * ID);
+      gate32 = DevBuf<float>(q.n_blocks * q.bt * ID);
+    }
+  }
+  SparseCacheLayer layer() const {
+    if (!fp32) return {latent.get(), key.get(), gate.get(), pool_keys.get()};
+    SparseCacheLayer l{nullptr, nullptr, nullptr, pool_keys.get()};
+    l.latent32 = latent32.get();
+    l.key32 = key32.get();
+    l.gate32 = gate32.get();
+    return l;
+  }
+  // The cache's entries as fp32.
+  static std::vector<float> widen(const std::vector<__half>& h) {
+    std::vector<float> f(h.size());
+    for (size_t i = 0; i < h.size(); ++i) f[i] = __half2float(h[i]);
+    return f;
+  }
+  std::vector<float> latents() const { return fp32 ? latent32.download() : widen(latent.download()); }
+  std::vector<float> keys() const { return fp32 ? key32.download() : widen(key.download()); }
+  std::vector<float> gates() const { return fp32 ? gate32.download() : widen(gate.download()); }
 };
 
 struct AppendCase {
@@ -108,6 +132,7 @@ struct AppendCase {
   int64_t Rkv, ID;
   int kpool;
   std::vector<int64_t> lens;
+  bool fp32 = false;  // fp32 cache: entries hold the inputs as they are
 };
 
 class IndexerAppendTest : public test::GpuTest, public ::testing::WithParamInterface<AppendCase> {};
@@ -150,7 +175,8 @@ TEST_P(IndexerAppendTest, CacheAndPoolKeysMatchReference) {
 
   // Split form: a prefill chunk of every sequence (first ~40%) in one call, then the rest
   // interleaved across sequences in a second call.
-  IndexerCache split(q, Rkv, ID);
+  IndexerCache split(q, Rkv, ID, tc.fp32);
+  auto rnd = [&](float x) { return tc.fp32 ? x : to_f16(x); };
   Rows a, b;
   for (size_t s = 0; s < S; ++s)
     for (int64_t p = 0; p < tc.lens[s] * 2 / 5; ++p) a.add(static_cast<int>(s), p);
@@ -163,13 +189,13 @@ TEST_P(IndexerAppendTest, CacheAndPoolKeysMatchReference) {
   append_rows(split, g, q, a, lat, kI, gI, ape);
   append_rows(split, g, q, b, lat, kI, gI, ape);
   // One-call form, rows in reverse order.
-  IndexerCache whole(q, Rkv, ID);
+  IndexerCache whole(q, Rkv, ID, tc.fp32);
   Rows all;
   for (int64_t i = b.n() - 1; i >= 0; --i) all.add(b.slot[i], b.pos[i]);
   for (int64_t i = a.n() - 1; i >= 0; --i) all.add(a.slot[i], a.pos[i]);
   append_rows(whole, g, q, all, lat, kI, gI, ape);
 
-  const std::vector<__half> cl = split.latent.download(), ck = split.key.download(), cg = split.gate.download();
+  const std::vector<float> cl = split.latents(), ck = split.keys(), cg = split.gates();
   const std::vector<float> pk = split.pool_keys.download(), pk_whole = whole.pool_keys.download();
   for (size_t s = 0; s < S; ++s) {
     const int slot = static_cast<int>(s);
@@ -177,28 +203,28 @@ TEST_P(IndexerAppendTest, CacheAndPoolKeysMatchReference) {
     for (int64_t p = 0; p < tc.lens[s]; ++p) {
       const int64_t row = q.token_row(slot, p);
       for (int64_t c = 0; c < Rkv; ++c) {
-        const float got = __half2float(cl[row * Rkv + c]), want = to_f16(lat[s][p * Rkv + c]);
+        const float got = cl[row * Rkv + c], want = rnd(lat[s][p * Rkv + c]);
         if (std::memcmp(&got, &want, 4) != 0 && bad++ < 3)
           ADD_FAILURE() << tc.name << " slot " << slot << " token " << p << " latent[" << c << "] = " << got
                         << ", expected " << want;
       }
       for (int64_t c = 0; c < ID; ++c) {
-        const float gk = __half2float(ck[row * ID + c]), wk = to_f16(kI[s][p * ID + c]);
-        const float gg = __half2float(cg[row * ID + c]), wg = to_f16(gI[s][p * ID + c]);
+        const float gk = ck[row * ID + c], wk = rnd(kI[s][p * ID + c]);
+        const float gg = cg[row * ID + c], wg = rnd(gI[s][p * ID + c]);
         if ((std::memcmp(&gk, &wk, 4) != 0 || std::memcmp(&gg, &wg, 4) != 0) && bad++ < 3)
           ADD_FAILURE() << tc.name << " slot " << slot << " token " << p << " channel " << c << ": key " << gk
                         << " (expected " << wk << "), gate " << gg << " (expected " << wg << ")";
       }
     }
-    EXPECT_EQ(bad, 0u) << tc.name << " slot " << slot << ": cache entries differing from fp16(input)";
+    EXPECT_EQ(bad, 0u) << tc.name << " slot " << slot << ": cache entries differing from the (rounded) input";
 
     // Pool keys vs indexer_pool_key on the rounded cache; same bits in both feeding orders.
     const int64_t P = tc.lens[s] / kp;
     std::vector<float> rk(kp * ID), rg(kp * ID), want(P * ID), got(P * ID), got_whole(P * ID);
     for (int64_t p = 0; p < P; ++p) {
       for (int64_t i = 0; i < kp * ID; ++i) {
-        rk[i] = to_f16(kI[s][p * kp * ID + i]);
-        rg[i] = to_f16(gI[s][p * kp * ID + i]);
+        rk[i] = rnd(kI[s][p * kp * ID + i]);
+        rg[i] = rnd(gI[s][p * kp * ID + i]);
       }
       ft::indexer_pool_key(rk.data(), rg.data(), ape_h.data(), kp, ID, want.data() + p * ID);
       std::copy_n(pk.data() + q.pool_row(slot, p) * ID, ID, got.data() + p * ID);
@@ -220,7 +246,9 @@ TEST_P(IndexerAppendTest, CacheAndPoolKeysMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Widths, IndexerAppendTest,
                          ::testing::Values(AppendCase{"tiny", 32, 16, 4, {37, 300, 130, 3}},
                                            AppendCase{"real_k16", 512, 128, 16, {1100, 40, 2100}},
-                                           AppendCase{"real_k4", 512, 128, 4, {700, 1500, 257}}),
+                                           AppendCase{"real_k4", 512, 128, 4, {700, 1500, 257}},
+                                           AppendCase{"tiny_fp32", 32, 16, 4, {37, 300, 130, 3}, true},
+                                           AppendCase{"real_k16_fp32", 512, 128, 16, {1100, 40, 2100}, true}),
                          [](const auto& i) { return std::string(i.param.name); });
 
 // ---------------------------------------------------------------------------------------------

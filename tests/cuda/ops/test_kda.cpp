@@ -38,6 +38,7 @@ struct Dims {
 };
 
 const Dims kTiny{4, 16, 4};
+const Dims kTiny8{3, 8, 4};  // head size 8: the per-token kernels only (no chunked prefill)
 const Dims kReal{64, 128, 4};
 
 std::vector<int> all_heads(const Dims& d) {
@@ -363,7 +364,7 @@ TEST_F(KdaTest, ConvDecodeMatchesStepWithShuffledSlotsAndIsBatchInvariant) {
 // ---------------------------------------------------------------- 2. gates and q/k preparation
 
 TEST_F(KdaTest, PrepareMatchesForgetGateSigmoidAndL2Normalize) {
-  for (const Dims& d : {kTiny, kReal})
+  for (const Dims& d : {kTiny8, kTiny, kReal})
     for (bool bounded : {true, false})
       for (bool in_place : {false, true}) {
         SCOPED_TRACE(d.str() + (bounded ? " λ=−5" : " softplus") + (in_place ? " g over r, β over logits" : ""));
@@ -408,7 +409,7 @@ TEST_F(KdaTest, PrepareMatchesForgetGateSigmoidAndL2Normalize) {
 // ---------------------------------------------------------------- 3a. decode step
 
 TEST_F(KdaTest, DecodeStepMatchesKdaStepWithShuffledSlotsAndIsBatchInvariant) {
-  for (const Dims& d : {kTiny, kReal})
+  for (const Dims& d : {kTiny8, kTiny, kReal})
     for (bool bounded : {true, false}) {
       SCOPED_TRACE(d.str() + (bounded ? " λ=−5" : " softplus"));
       const int64_t Q = d.Q(), H = d.H, slots = 9, per_slot = H * d.dl * d.dl;
@@ -648,12 +649,17 @@ TEST_F(KdaTest, ChunkedPrefillShapeErrorsThrow) {
                                    buf.get(), 64, buf.get(), nullptr),
                ft::Error);
   EXPECT_THROW(kda_conv_prefill(buf.get(), buf.get(), 8, 1, buf.get(), 8, 9, buf.get(), 8, nullptr), ft::Error);
+  // Head size 8 runs token by token, never chunked.
+  EXPECT_THROW(kda_chunked_prefill(buf.get(), 0, 4, buf.get(), 3 * 4 * 8, buf.get(), 4 * 8, buf.get(), 4,
+                                   KdaShape{4, 8}, buf.get(), 4 * 8, buf.get(), nullptr),
+               ft::Error);
+  EXPECT_FALSE(kda_chunked_head_dim(8));
 }
 
 // ---------------------------------------------------------------- 4. gated norm
 
 TEST_F(KdaTest, GatedNormMatchesRmsNormTimesSigmoid) {
-  for (const Dims& d : {kTiny, kReal})
+  for (const Dims& d : {kTiny8, kTiny, kReal})
     for (bool in_place : {false, true}) {
       SCOPED_TRACE(d.str() + (in_place ? " in place" : ""));
       const int64_t rows = 5, Q = d.Q(), ld_o = Q + 4, eps_rows = rows;

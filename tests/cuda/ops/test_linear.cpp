@@ -433,5 +433,50 @@ TEST_F(GpuLinearF32, MatchesMatvecAndIsBatchInvariant) {
   }
 }
 
+// Bias and Accumulate (the fp32-precision engine's dense linears): y = (Σ + b), or y + (Σ + b),
+// in that order, on the decode kernel (≤ 8 rows, with and without clusters) and the tiled one.
+TEST_F(GpuLinearF32, BiasAndAccumulateFollowTheStoredValueOrder) {
+  for (const F32Shape s : {F32Shape{40, 96, false}, F32Shape{300, 2048, true}, F32Shape{9, 17, false}}) {
+    const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in);
+    const std::vector<float> W = test::lin::fast_uniform(s.out * s.in, 7 + s.in, 0.05f, true);
+    std::vector<uint16_t> h(W.size());
+    for (size_t i = 0; i < W.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &W[i], 4);
+      h[i] = static_cast<uint16_t>(u >> 16);
+    }
+    DevBuf<float> w32(W);
+    DevBuf<uint16_t> w16(h);
+    const std::vector<float> bias = randn(s.out, 11);
+    DevBuf<float> b(bias);
+    LinearF32 plain;
+    plain.out = s.out;
+    plain.in = s.in;
+    plain.w_bf16 = s.bf16;
+    plain.w = s.bf16 ? static_cast<const void*>(w16.get()) : static_cast<const void*>(w32.get());
+    LinearF32 biased = plain;
+    biased.bias = b.get();
+    for (int64_t rows : {1, 6, 70}) {
+      const std::vector<float> X = randn(rows * s.in, 3 + rows), Y0 = randn(rows * s.out, 5 + rows);
+      DevBuf<float> x(X), y_plain(rows * s.out), y_bias(rows * s.out), y_acc(Y0);
+      linear_f32(plain, x.get(), s.in, rows, y_plain.get(), s.out, nullptr);
+      linear_f32(biased, x.get(), s.in, rows, y_bias.get(), s.out, nullptr);
+      linear_f32(biased, x.get(), s.in, rows, y_acc.get(), s.out, nullptr, LinearStore::Accumulate);
+      const auto gp = y_plain.download(), gb = y_bias.download(), ga = y_acc.download();
+      size_t bad_bias = 0, bad_acc = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t n = 0; n < s.out; ++n) {
+          const size_t i = static_cast<size_t>(r * s.out + n);
+          const float want_b = gp[i] + bias[n];
+          const float want_a = Y0[i] + want_b;
+          bad_bias += std::memcmp(&gb[i], &want_b, 4) != 0;
+          bad_acc += std::memcmp(&ga[i], &want_a, 4) != 0;
+        }
+      EXPECT_EQ(bad_bias, 0u) << what << " rows " << rows << ": Overwrite with bias";
+      EXPECT_EQ(bad_acc, 0u) << what << " rows " << rows << ": Accumulate with bias";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ft::cuda

@@ -1,5 +1,6 @@
-// mla_attend against shared/ops/mla (mla_attend) on the fp16-rounded cache: the SIMT path to
-// accumulation order (≤ 1e-5), the tensor-core path within 2e-3 of the unrounded fp32 math; an
+// mla_attend against shared/ops/mla (mla_attend) on the fp16-rounded cache (or an fp32 cache):
+// the SIMT path to accumulation order (≤ 1e-5), the tensor-core path within 2e-3 of the
+// unrounded fp32 math (where it cannot run, the request falls back to the SIMT bits); an
 // empty selection gives exact zeros; batch invariance on both paths (a row alone vs among rows
 // of other sequences, reversed row order, and row passes forced by a small workspace: bits).
 #include <cuda_fp16.h>
@@ -96,6 +97,7 @@ struct AttendCase {
   bool tail;
   float scale;
   std::vector<int64_t> lens;
+  bool fp32_cache = false;  // an fp32-precision engine's cache (SIMT only; the fp32 latents)
 };
 
 class MlaAttendTest : public test::GpuTest, public ::testing::WithParamInterface<AttendCase> {};
@@ -116,7 +118,9 @@ TEST_P(MlaAttendTest, MatchesReferenceAndIsBatchInvariant) {
   // Latents: fp32 per sequence, the cache holds their fp16 rounding.
   std::vector<std::vector<float>> lat(S), lat16(S);
   DevBuf<__half> cache(q.n_blocks * q.bt * Rkv);
+  DevBuf<float> cache32(tc.fp32_cache ? q.n_blocks * q.bt * Rkv : 1);
   {
+    std::vector<float> f(tc.fp32_cache ? q.n_blocks * q.bt * Rkv : 0, NAN);
     std::vector<__half> h(q.n_blocks * q.bt * Rkv, __float2half_rn(NAN));  // unused rows: NaN if ever read
     for (size_t s = 0; s < S; ++s) {
       lat[s] = fast_uniform(tc.lens[s] * Rkv, 700 + s, -3.0f, 3.0f);
@@ -125,11 +129,20 @@ TEST_P(MlaAttendTest, MatchesReferenceAndIsBatchInvariant) {
         for (int64_t c = 0; c < Rkv; ++c) {
           lat16[s][p * Rkv + c] = to_f16(lat[s][p * Rkv + c]);
           h[q.token_row(static_cast<int>(s), p) * Rkv + c] = __float2half_rn(lat[s][p * Rkv + c]);
+          if (tc.fp32_cache) f[q.token_row(static_cast<int>(s), p) * Rkv + c] = lat[s][p * Rkv + c];
         }
     }
+    if (tc.fp32_cache) FT_CUDA_CHECK(cudaMemcpy(cache32.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
     FT_CUDA_CHECK(cudaMemcpy(cache.get(), h.data(), h.size() * sizeof(__half), cudaMemcpyHostToDevice));
   }
-  const SparseCacheLayer layer{cache.get(), nullptr, nullptr, nullptr};
+  SparseCacheLayer layer{cache.get(), nullptr, nullptr, nullptr};
+  if (tc.fp32_cache) {
+    layer.latent = nullptr;
+    layer.latent32 = cache32.get();
+  }
+  // Where the tensor-core path cannot run (an fp32 cache, Rkv not a multiple of 32) a request
+  // for it runs the SIMT path: the same bits.
+  const bool simt_only = tc.fp32_cache || Rkv % 32 != 0;
 
   // Rows: first token, a query without complete pools, the largest dense selection, the first
   // sparse position, the sequence end and a random one; selections ascending random pools.
@@ -207,6 +220,10 @@ TEST_P(MlaAttendTest, MatchesReferenceAndIsBatchInvariant) {
       if (!(es <= worst_s)) worst_s = es, hs = h;
       if (!(em <= worst_m)) worst_m = em, hm = h;
     }
+    if (tc.fp32_cache) want16 = want32;  // the SIMT path on fp32 latents: the reference on the same latents
+    if (simt_only) {
+      EXPECT_EQ(bit_mismatches(gs, gm, NH * Rkv), 0u) << tc.name << " row " << r << ": the fallback is not the SIMT path";
+    }
     const double es = rel_l2(gs, want16.data(), NH * Rkv), em = rel_l2(gm, want32.data(), NH * Rkv);
     EXPECT_LE(es, 1e-5) << what << " SIMT row " << r << " (slot " << slot << ", pos " << rows.pos[r] << ", |Sel| "
                         << ns << "): worst head " << hs << " rel " << worst_s << "; ctx[" << hs << "][0] = "
@@ -257,7 +274,11 @@ INSTANTIATE_TEST_SUITE_P(
                       AttendCase{"tiny_notail", 4, 32, 4, 4, false, 0.25f, {37, 300, 2}},
                       AttendCase{"real_k16", 64, 512, 16, 128, true, 0.0625f, {40000, 2100}},
                       AttendCase{"real_k4", 64, 512, 4, 512, true, 0.0625f, {9000, 600}},
-                      AttendCase{"real_k16_notail", 64, 512, 16, 128, false, 0.0625f, {3000}}),
+                      AttendCase{"real_k16_notail", 64, 512, 16, 128, false, 0.0625f, {3000}},
+                      AttendCase{"tiny_rkv40", 4, 40, 4, 4, true, 0.25f, {37, 300, 3}},
+                      AttendCase{"tiny_fp32", 4, 32, 4, 4, true, 0.25f, {37, 300, 130, 3}, true},
+                      AttendCase{"tiny_rkv40_fp32", 4, 40, 4, 4, true, 0.25f, {37, 300, 3}, true},
+                      AttendCase{"real_k16_fp32", 64, 512, 16, 128, true, 0.0625f, {9000, 2100}, true}),
     [](const auto& i) { return std::string(i.param.name); });
 
 // The latent-only append of shared-indexer layers (no indexer cache): fp16 of the input, bits.

@@ -25,6 +25,24 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+bool any_quantized(const ModelWeights& w) {
+  auto q = [](const DenseLinear& l) { return l.exl3 != nullptr; };
+  for (const LayerWeights& L : w.layers) {
+    if (L.kda && (q(L.kda->q) || q(L.kda->o))) return true;
+    if (L.mla && (q(L.mla->q_a) || q(L.mla->o))) return true;
+    if (L.dense && q(L.dense->gate)) return true;
+    if (L.moe && (q(L.moe->shared.gate) || (!L.moe->experts.empty() && q(L.moe->experts[0].gate)))) return true;
+  }
+  return false;
+}
+
+bool resolve_fp32(const std::string& p, const ModelWeights& w) {
+  if (p == "fp32") return true;
+  if (p == "fp16") return false;
+  if (p == "auto") return !any_quantized(w);
+  throw Error("unknown precision '" + p + "' (auto, fp32 or fp16)");
+}
+
 bool experts_present(const ModelWeights& w) {
   for (const LayerWeights& L : w.layers)
     if (L.moe && L.moe->experts.empty()) return false;
@@ -41,7 +59,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   if (!experts_present(w) && !host_experts_ && o.expert_segment.empty())
     throw Error("the CUDA engine got a model without routed experts and no expert tier to compute them");
   try {
-    model_ = upload_model(w, *budget_);
+    model_ = upload_model(w, *budget_, resolve_fp32(o.precision, w));
   } catch (const VramExhausted& e) {
     throw VramExhausted(std::string("the model's weights do not fit this GPU's budget: ") + e.what());
   }
@@ -59,12 +77,16 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   // KDA states of every slot, then as many cache blocks as the rest of the budget holds (no more
   // than every slot at full context can use).
   const uint64_t slot_bytes = SequencePool::slot_bytes(cfg_) * static_cast<uint64_t>(o.max_sequences);
-  const uint64_t block_bytes = SequencePool::block_bytes(cfg_);
+  const uint64_t block_bytes = SequencePool::block_bytes(cfg_, model_->fp32);
   const int64_t bt = kPoolsPerBlock * cfg_.index_kpool;
   // Remote EXL3 experts: read from the cpu-expert-worker's segment by the GPU, the hot ones
   // cached in VRAM (what the budget leaves once every slot's state and full-context KV cache
   // are set aside, unless --expert-cache-gb says otherwise).
-  if (!experts_present(w) && !o.expert_segment.empty() && o.tier_mode != "cpu") {
+  // fp32 precision keeps the reference's arithmetic for the routed experts too: the CPU tier's
+  // exact kernels, not the zero-copy kernel (fp16 activations).
+  if (!experts_present(w) && !o.expert_segment.empty() && o.tier_mode != "cpu" && model_->fp32)
+    std::cerr << "cuda engine: fp32 precision: routed experts go to the CPU tier (exact)" << std::endl;
+  if (!experts_present(w) && !o.expert_segment.empty() && o.tier_mode != "cpu" && !model_->fp32) {
     std::string why;
     auto seg = ipc::ExpertSegment::attach(o.expert_segment, "", &why);
     if (!seg) {
@@ -105,7 +127,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   }
   if (!experts_present(w) && !host_experts_ && !tier_)
     throw Error("the routed experts are neither in this process nor readable from segment " + o.expert_segment);
-  pool_ = std::make_unique<SequencePool>(cfg_, o.max_sequences, blocks, o.context_size, *budget_);
+  pool_ = std::make_unique<SequencePool>(cfg_, o.max_sequences, blocks, o.context_size, *budget_, model_->fp32);
   fwd_ = std::make_unique<ForwardPass>(*model_, *pool_, *bufs_, experts_present(w) ? nullptr : host_experts_);
   fwd_->set_expert_tier(tier_.get());
   graphs_ = std::make_unique<DecodeGraphs>(*budget_);
@@ -113,8 +135,8 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   host_rows_len_ = 3 * lim.max_tokens + lim.max_logit_rows;
   FT_CUDA_CHECK(cudaMallocHost(&host_rows_, static_cast<size_t>(host_rows_len_) * sizeof(int32_t)));
   FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::cerr << "cuda engine: " << dev_.summary() << "; VRAM " << budget_->report() << "; " << blocks
-            << " cache blocks of " << bt << " tokens" << std::endl;
+  std::cerr << "cuda engine: " << dev_.summary() << "; " << (model_->fp32 ? "fp32" : "fp16") << " precision; VRAM "
+            << budget_->report() << "; " << blocks << " cache blocks of " << bt << " tokens" << std::endl;
 }
 
 CudaEngine::~CudaEngine() {
@@ -135,6 +157,8 @@ void CudaEngine::set_profile(OpProfile* p) {
   fwd_->set_profile(p);
   profiling_ = p != nullptr;
 }
+
+bool CudaEngine::fp32() const { return model_->fp32; }
 
 int64_t CudaEngine::max_tokens_per_sequence() const { return pool_->max_tokens_per_sequence(); }
 

@@ -36,6 +36,13 @@ struct CudaEngineOptions {
   int max_sequences = 8;
   int64_t max_tokens_per_step = 8192;
   int64_t context_size = 32768;
+  // Arithmetic of the dense parts (DeviceModel::fp32): "fp32" (fp32 activations, FMAs and sparse
+  // caches: the reference's results, routing and selections included), "fp16" (fp16 operands,
+  // fp32 accumulation: tensor cores), or "auto": fp32 for a dense (bf16/fp32) checkpoint, fp16
+  // when the checkpoint's linears are EXL3 (their weights are fp16 already and their error is
+  // the quantization's; fp32 precision computes them from their decoded dense weights, which
+  // only small models afford).
+  std::string precision = "auto";
   bool graphs = true;              // replay decode steps from CUDA graphs
   int max_graph_batch = 32;        // decode batches up to this size get a graph
   uint64_t reserve_bytes = 512ull << 20;  // left for CUDA's own allocations (graphs, library workspaces)
@@ -76,6 +83,7 @@ class CudaEngine final : public Engine {
   void set_profile(OpProfile* p);
   // Decode steps since start that ran from a graph / eagerly.
   uint64_t graph_steps() const { return graph_steps_; }
+  bool fp32() const;  // the precision the engine runs (CudaEngineOptions::precision resolved)
   uint64_t eager_steps() const { return eager_steps_; }
   // Tests: a callback after every layer of the following (eager) steps; see ForwardPass.
   void set_layer_probe(std::function<void(int64_t, const StepBuffers&, int64_t, cudaStream_t)> p);

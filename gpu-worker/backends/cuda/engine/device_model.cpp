@@ -21,6 +21,12 @@ bool LinearGroup::all_dense() const {
   return true;
 }
 
+bool LinearGroup::any_f16() const {
+  for (const GpuLinear& p : parts)
+    if (!p.exl3 && !p.fp32) return true;
+  return false;
+}
+
 int64_t LinearGroup::max_in_pad() const { return (in + 7) / 8 * 8; }
 
 namespace {
@@ -47,7 +53,7 @@ std::vector<float> host_dense(const DenseLinear& l) {
 
 class Uploader {
  public:
-  Uploader(DeviceModel& m, VramBudget& b) : m_(m), b_(b) {}
+  Uploader(DeviceModel& m, VramBudget& b) : m_(m), b_(b), fp32_(m.fp32) {}
 
   void* raw(const void* src, size_t bytes, const std::string& what) {
     m_.storage.emplace_back(b_, bytes, VramCategory::Weights, what);
@@ -108,7 +114,8 @@ class Uploader {
     }
     bool any_quantized = false;
     for (const DenseLinear* p : parts) any_quantized |= p->exl3 != nullptr;
-    if (any_quantized) {
+    // fp32 precision computes a quantized linear from its decoded dense weight (host_dense).
+    if (any_quantized && !fp32_) {
       // Quantized parts stay separate (each has its own scales and K); dense ones beside them
       // become their own fp16 linears.
       for (const DenseLinear* p : parts) {
@@ -121,6 +128,9 @@ class Uploader {
           m_.bytes += m_.exl3_storage.back()->bytes();
           gl.exl3 = m_.exl3_storage.back().get();
           m_.exl3_linears.push_back(&gl.exl3->dev());
+        } else if (fp32_) {
+          gl.exact = f32(*p, what, true);
+          gl.fp32 = true;
         } else {
           const std::vector<float> d = host_dense(*p);
           gl.dense = f16(d.data(), p->out, p->in, &p->bias, what);
@@ -133,7 +143,15 @@ class Uploader {
       GpuLinear gl;
       gl.out = g.out;
       gl.in = g.in;
-      gl.dense = f16_synthetic(g.out, g.in, what);
+      if (fp32_) {
+        DenseLinear placeholder;
+        placeholder.out = g.out;
+        placeholder.in = g.in;
+        gl.exact = f32(placeholder, what);
+        gl.fp32 = true;
+      } else {
+        gl.dense = f16_synthetic(g.out, g.in, what);
+      }
       g.parts = {gl};
       g.offset = {0};
       return g;
@@ -154,17 +172,29 @@ class Uploader {
     GpuLinear gl;
     gl.out = g.out;
     gl.in = g.in;
-    gl.dense = f16(W.data(), g.out, g.in, any_bias ? &bias : nullptr, what);
+    if (fp32_) {
+      DenseLinear fused;
+      fused.out = g.out;
+      fused.in = g.in;
+      fused.w = std::move(W);
+      fused.bias = std::move(bias);
+      gl.exact = f32(fused, what, true);
+      gl.fp32 = true;
+    } else {
+      gl.dense = f16(W.data(), g.out, g.in, any_bias ? &bias : nullptr, what);
+    }
     g.parts = {gl};
     g.offset = {0};
     return g;
   }
   LinearGroup group(const DenseLinear& l, const std::string& what) { return group({&l}, what); }
 
-  LinearF32 f32(const DenseLinear& l, const std::string& what) {
+  // `with_bias`: the linear's bias too (the router and the mixing logits have none in the spec).
+  LinearF32 f32(const DenseLinear& l, const std::string& what, bool with_bias = false) {
     LinearF32 L;
     L.out = l.out;
     L.in = l.in;
+    if (with_bias && !l.bias.empty()) L.bias = vec(l.bias, what + ".bias");
     if (synthetic(l)) {
       auto* w = static_cast<float*>(alloc(static_cast<size_t>(l.out * l.in) * 4, what));
       fill_uniform_f32(w, l.out * l.in, std::sqrt(3.0f / static_cast<float>(l.in)), seed_++, nullptr);
@@ -235,6 +265,7 @@ class Uploader {
  private:
   DeviceModel& m_;
   VramBudget& b_;
+  bool fp32_;
   uint64_t seed_ = 0x5EED;
 };
 
@@ -254,9 +285,26 @@ MhcSite site(const MhcWeights& hw, const float* norm_w, const ModelConfig& c, Up
 
 }  // namespace
 
-std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& budget) {
+namespace {
+
+// fp32 precision: MLA's per-head key absorption [Rkv, dn] and value expansion [dv, Rkv] as
+// fp32 linears, one per head, viewing one upload of all heads.
+void per_head_f32(const LinearF32& all, int64_t heads, int64_t out, std::vector<LinearF32>& dst) {
+  const size_t esz = all.w_bf16 ? 2 : 4;
+  for (int64_t h = 0; h < heads; ++h) {
+    LinearF32 L = all;
+    L.out = out;
+    L.w = static_cast<const uint8_t*>(all.w) + static_cast<size_t>(h * out * all.in) * esz;
+    dst.push_back(L);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& budget, bool fp32) {
   auto m = std::make_unique<DeviceModel>();
   m->cfg = w.cfg;
+  m->fp32 = fp32;
   const ModelConfig& c = w.cfg;
   Uploader up(*m, budget);
   const int64_t D = c.hidden_size;
@@ -332,31 +380,36 @@ std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& bud
       if (mg.own_indexer) qb.push_back(&a.indexer->wq_b);
       mg.q_b = up.group(qb, p + "self_attn.q_b_wq_b");
       mg.col_qI = NH * c.qk_head_dim;
-      // kv_b rows per head h: [h(dn+dv), +dn) key part W_kb,h [dn, Rkv], then W_vb,h [dv, Rkv].
-      LinearF16 kb_all, vb_all;
-      if (synthetic(a.kv_b)) {
-        kb_all = up.f16_synthetic(NH * Rkv, dn, p + "self_attn.kv_b_proj.key");
-        vb_all = up.f16_synthetic(NH * dv, Rkv, p + "self_attn.kv_b_proj.value");
-      } else {
+      // kv_b rows per head h: [h(dn+dv), +dn) key part W_kb,h [dn, Rkv], then W_vb,h [dv, Rkv];
+      // uploaded as all heads' W_kb,hᵀ [NH·Rkv, dn] and W_vb,h [NH·dv, Rkv].
+      std::vector<float> kbt, vb;
+      if (!synthetic(a.kv_b)) {
         const std::vector<float> kvb = host_dense(a.kv_b);
-        std::vector<float> kbt(static_cast<size_t>(NH * Rkv * dn)), vb(static_cast<size_t>(NH * dv * Rkv));
+        kbt.resize(static_cast<size_t>(NH * Rkv * dn));
+        vb.resize(static_cast<size_t>(NH * dv * Rkv));
         for (int64_t h = 0; h < NH; ++h) {
           const float* base = kvb.data() + h * (dn + dv) * Rkv;
           for (int64_t d = 0; d < dn; ++d)
             for (int64_t r = 0; r < Rkv; ++r) kbt[(h * Rkv + r) * dn + d] = base[d * Rkv + r];
           std::copy(base + dn * Rkv, base + (dn + dv) * Rkv, vb.begin() + h * dv * Rkv);
         }
-        kb_all = up.f16(kbt.data(), NH * Rkv, dn, nullptr, p + "self_attn.kv_b_proj.key");
-        vb_all = up.f16(vb.data(), NH * dv, Rkv, nullptr, p + "self_attn.kv_b_proj.value");
       }
-      mg.kb_t = kb_all;
-      mg.kb_t.out = Rkv;
-      mg.kb_t.k_chunk = linear_k_chunk(dn, Rkv);
-      mg.kb_t_stride = Rkv * ((dn + 7) / 8 * 8);
-      mg.vb = vb_all;
-      mg.vb.out = dv;
-      mg.vb.k_chunk = linear_k_chunk(Rkv, dv);
-      mg.vb_stride = dv * ((Rkv + 7) / 8 * 8);
+      const std::string kname = p + "self_attn.kv_b_proj.key", vname = p + "self_attn.kv_b_proj.value";
+      if (fp32) {
+        // An empty weight is a synthetic placeholder (drawn on the device).
+        per_head_f32(up.f32(kbt, NH * Rkv, dn, kname), NH, Rkv, mg.kb_heads);
+        per_head_f32(up.f32(vb, NH * dv, Rkv, vname), NH, dv, mg.vb_heads);
+      } else {
+        const bool synth = synthetic(a.kv_b);
+        mg.kb_t = synth ? up.f16_synthetic(NH * Rkv, dn, kname) : up.f16(kbt.data(), NH * Rkv, dn, nullptr, kname);
+        mg.vb = synth ? up.f16_synthetic(NH * dv, Rkv, vname) : up.f16(vb.data(), NH * dv, Rkv, nullptr, vname);
+        mg.kb_t.out = Rkv;
+        mg.kb_t.k_chunk = linear_k_chunk(dn, Rkv);
+        mg.kb_t_stride = Rkv * ((dn + 7) / 8 * 8);
+        mg.vb.out = dv;
+        mg.vb.k_chunk = linear_k_chunk(Rkv, dv);
+        mg.vb_stride = dv * ((Rkv + 7) / 8 * 8);
+      }
       mg.o = up.group(a.o, p + "self_attn.o_proj");
       if (mg.own_indexer) {
         const IndexerWeights& x = *a.indexer;
@@ -382,8 +435,19 @@ std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& bud
       mo.router = up.f32(moe.router, p + "mlp.gate");
       mo.correction_bias = up.vec(moe.correction_bias, p + "mlp.gate.e_score_correction_bias");
       mo.shared = up.mlp(moe.shared, p + "mlp.shared_experts");
-      if (!moe.experts.empty() && moe.experts[0].gate.exl3) {
+      if (!moe.experts.empty() && moe.experts[0].gate.exl3 && !fp32) {
         mo.exl3_experts = up.exl3_experts(moe.experts, c, l, p);
+        mo.local_experts = true;
+      } else if (!moe.experts.empty() && fp32) {
+        std::vector<DenseExpertF32> table;
+        for (size_t e = 0; e < moe.experts.size(); ++e) {
+          const MlpWeights& x = moe.experts[e];
+          const std::string n = p + "mlp.experts." + std::to_string(e);
+          table.push_back({up.f32(x.gate, n + ".gate_proj"), up.f32(x.up, n + ".up_proj"),
+                           up.f32(x.down, n + ".down_proj")});
+        }
+        mo.dense_experts32 = static_cast<const DenseExpertF32*>(
+            up.raw(table.data(), table.size() * sizeof(DenseExpertF32), p + "experts.table"));
         mo.local_experts = true;
       } else if (!moe.experts.empty()) {
         std::vector<DenseExpert> table;

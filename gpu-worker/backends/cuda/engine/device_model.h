@@ -24,10 +24,13 @@
 namespace ft::cuda {
 
 
-// One linear in whichever form the checkpoint holds.
+// One linear in whichever form the checkpoint holds: quantized (EXL3), or dense as an fp16
+// linear (fp16 precision) or an fp32 one (fp32 precision).
 struct GpuLinear {
   int64_t out = 0, in = 0;
-  LinearF16 dense;                        // when exl3 is null
+  LinearF16 dense;                        // when exl3 is null and !fp32
+  LinearF32 exact;                        // when fp32
+  bool fp32 = false;
   const Exl3LinearGpu* exl3 = nullptr;
 };
 
@@ -38,6 +41,7 @@ struct LinearGroup {
   std::vector<GpuLinear> parts;
   std::vector<int64_t> offset;
   bool all_dense() const;
+  bool any_f16() const;  // a dense fp16 part (reads the fp16 staging)
   int64_t max_in_pad() const;  // fp16 staging width the dense parts need
 };
 
@@ -65,6 +69,7 @@ struct MlaLayerGpu {
   // per-head absorption and value expansion from kv_b: W_kb,hᵀ [Rkv, dn] and W_vb,h [dv, Rkv]
   LinearF16 kb_t, vb;
   int64_t kb_t_stride = 0, vb_stride = 0;  // halves between heads
+  std::vector<LinearF32> kb_heads, vb_heads;  // fp32 precision: per head, in place of kb_t / vb
   LinearGroup o;                           // [D, NH·dv] (+ bias)
   bool own_indexer = false;
   LinearF32 weights_proj;             // [IH, D] fp32 (ω)
@@ -85,7 +90,8 @@ struct MoeLayerGpu {
   MlpGpu shared;
   // Routed experts resident in VRAM (when the model's experts are loaded here): dense fp16, or
   // EXL3 expert blocks (the cpu-expert-worker's layout) read by the grouped EXL3 kernel.
-  const DenseExpert* dense_experts = nullptr;  // device array [E]
+  const DenseExpert* dense_experts = nullptr;       // device array [E] (fp16 precision)
+  const DenseExpertF32* dense_experts32 = nullptr;  // device array [E] (fp32 precision)
   std::optional<Exl3MoeLayer> exl3_experts;
   bool local_experts = false;
 };
@@ -101,6 +107,10 @@ struct LayerGpu {
 
 struct DeviceModel {
   ModelConfig cfg;
+  // fp32 precision: every dense linear, MLA's per-head products and the dense routed experts in
+  // fp32 (activations and FMAs), the sparse caches in fp32 — the reference engine's arithmetic,
+  // so routing and sparse selections agree with it. Otherwise fp16 operands, fp32 accumulation.
+  bool fp32 = false;
   EmbedTable embed;  // [V, D] in the checkpoint's precision (bf16 when exact, else fp32)
   const float* final_norm = nullptr;
   LinearGroup lm_head;  // [V, D]
@@ -115,7 +125,8 @@ struct DeviceModel {
 };
 
 // Uploads `w` (the fp32 host weights; EXL3 linears kept quantized) to the GPU, every byte from
-// `budget` (category Weights). Routed experts are uploaded when `w` holds them.
-std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& budget);
+// `budget` (category Weights), for fp32 or fp16 precision (DeviceModel::fp32). Routed experts
+// are uploaded when `w` holds them.
+std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& budget, bool fp32 = false);
 
 }  // namespace ft::cuda

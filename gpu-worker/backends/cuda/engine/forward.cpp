@@ -95,7 +95,14 @@ void ForwardPass::kda(int64_t l, const StepPlan& p, cudaStream_t s) {
   op_mark(prof_, "kda recurrence", s);
   if (p.decode_rows > 0)
     kda_decode_step(pool_.kda_state(l), b_.slot, qkv, 3 * Q, r, Q, beta, H, p.decode_rows, shape, o, Q, s);
-  if (!p.prefill.empty()) {
+  if (!p.prefill.empty() && !kda_chunked_head_dim(dl)) {
+    // Head sizes the chunked kernel does not run: the spans step token by token (the decode
+    // recurrence, so a token's bits are the same whichever way it arrives).
+    for (const PrefillSpan& sp : p.prefill)
+      for (int64_t t = sp.row0; t < sp.row0 + sp.n; ++t)
+        kda_decode_step(pool_.kda_state(l), b_.slot + t, qkv + t * 3 * Q, 3 * Q, r + t * Q, Q, beta + t * H, H, 1,
+                        shape, o + t * Q, Q, s);
+  } else if (!p.prefill.empty()) {
     size_t ws_bytes = 0;
     for (const PrefillSpan& sp : p.prefill)
       ws_bytes = std::max(ws_bytes, kda_chunked_prefill_workspace_bytes(sp.pos0, sp.n, shape));
@@ -162,10 +169,16 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
     int32_t* sel_count = b_.sel_count + r0;
     op_mark(prof_, "mla projections", s);
     apply_linear(m.q_b, in + r0 * ld_in, ld_in, n, qfull, ld_q, b_.staging, s);
-    // Absorption per head: q_abs[t][h] = W_kb,hᵀ·q[t][h] (one fp16 conversion per token row).
-    to_f16_rows(qfull, ld_q, n, NH * dn, b_.staging.xh, NH * dn, b_.staging.scale, s);
-    linear_f16_batched(m.kb_t, NH, m.kb_t_stride, b_.staging.xh, NH * dn, dn, b_.staging.scale, 0, n, q_abs,
-                       NH * Rkv, Rkv, s);
+    // Absorption per head: q_abs[t][h] = W_kb,hᵀ·q[t][h] (fp32: a linear per head; fp16: one
+    // conversion per token row, one batched launch).
+    if (m_.fp32) {
+      for (int64_t h = 0; h < NH; ++h)
+        linear_f32(m.kb_heads[h], qfull + h * dn, ld_q, n, q_abs + h * Rkv, NH * Rkv, s);
+    } else {
+      to_f16_rows(qfull, ld_q, n, NH * dn, b_.staging.xh, NH * dn, b_.staging.scale, s);
+      linear_f16_batched(m.kb_t, NH, m.kb_t_stride, b_.staging.xh, NH * dn, dn, b_.staging.scale, 0, n, q_abs,
+                         NH * Rkv, Rkv, s);
+    }
     if (m.own_indexer) {
       op_mark(prof_, "mla cache + indexer", s);
       // Shared-indexer layers after this one read these rows of sel_pools/sel_count.
@@ -176,9 +189,14 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
     mla_attend(ashape, cache, geom, tables, part, sel_pools, sel_count, q_abs, ctx, attend_ws, attend_bytes, s);
     op_mark(prof_, "mla values + o_proj", s);
     // Value expansion per head, then o_proj.
-    to_f16_rows(ctx, NH * Rkv, n, NH * Rkv, b_.staging.xh, NH * Rkv, b_.staging.scale, s);
-    linear_f16_batched(m.vb, NH, m.vb_stride, b_.staging.xh, NH * Rkv, Rkv, b_.staging.scale, 0, n, heads, NH * dv,
-                       dv, s);
+    if (m_.fp32) {
+      for (int64_t h = 0; h < NH; ++h)
+        linear_f32(m.vb_heads[h], ctx + h * Rkv, NH * Rkv, n, heads + h * dv, NH * dv, s);
+    } else {
+      to_f16_rows(ctx, NH * Rkv, n, NH * Rkv, b_.staging.xh, NH * Rkv, b_.staging.scale, s);
+      linear_f16_batched(m.vb, NH, m.vb_stride, b_.staging.xh, NH * Rkv, Rkv, b_.staging.scale, 0, n, heads,
+                         NH * dv, dv, s);
+    }
     apply_linear(m.o, heads, NH * dv, n, b_.O + r0 * D, D, b_.staging, s);
   }
 }
@@ -209,8 +227,9 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   float* Y = a.take<float>(N * TK * D, "expert outputs");
   // The dense grouped kernel's workspace only where that kernel runs (VRAM-resident dense experts).
   const bool dense = m.local_experts && !m.exl3_experts;
-  void* ws = dense ? a.take<uint8_t>(moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im), "expert workspace")
-                   : nullptr;
+  const size_t ws_bytes = m.dense_experts32 ? moe_dense_f32_workspace_bytes(N, static_cast<int>(TK), Im)
+                                            : moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im);
+  void* ws = dense ? a.take<uint8_t>(ws_bytes, "expert workspace") : nullptr;
 
   op_mark(prof_, "moe router", s);
   linear_f32(m.router, b_.A, D, N, logits, E, s);
@@ -225,7 +244,11 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   b_.last_routes = experts;
   const MoeRoutes routes{experts, weights, N, static_cast<int>(TK)};
   op_mark(prof_, "moe routed experts", s);
-  if (m.local_experts) {
+  if (m.dense_experts32) {
+    moe_dense_experts_f32(m.dense_experts32, static_cast<int>(E), routes, b_.A, D, D, Im,
+                          static_cast<float>(c_.swiglu_limit), Y, ws, s);
+    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
+  } else if (m.local_experts) {
     moe_dispatch(routes, static_cast<int>(E), d, s);
     if (m.exl3_experts)
       exl3_moe_experts(*m.exl3_experts, routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, b_.exl3_moe_ws, s);

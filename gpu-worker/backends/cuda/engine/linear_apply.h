@@ -1,7 +1,7 @@
 #pragma once
 // The engine's linear op: dispatches a LinearGroup on its format. Dense fp16 parts share one
-// conversion of the input to fp16 (ops/linear.h's per-row scales); quantized parts transform
-// their input themselves.
+// conversion of the input to fp16 (ops/linear.h's per-row scales); fp32 parts (fp32 precision)
+// read the fp32 input; quantized parts transform their input themselves.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

@@ -97,7 +97,9 @@ ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools, b
     m.take<int32_t>(ds.active);
     m.take<int32_t>(ds.n_active);
     m.take<float>(T * TK * D);
-    if (dense_experts) m.take<uint8_t>(static_cast<int64_t>(moe_dense_workspace_bytes(T, static_cast<int>(TK), D, Im)));
+    if (dense_experts)  // the fp16 grouped kernel's or the fp32 one's, whichever the precision runs
+      m.take<uint8_t>(static_cast<int64_t>(std::max(moe_dense_workspace_bytes(T, static_cast<int>(TK), D, Im),
+                                                    moe_dense_f32_workspace_bytes(T, static_cast<int>(TK), Im))));
     m.take<float>(T * 2 * Is);
     n.moe = m.bytes;
   }

@@ -11,14 +11,15 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-uint64_t SequencePool::block_bytes(const ModelConfig& c) {
+uint64_t SequencePool::block_bytes(const ModelConfig& c, bool fp32) {
   const int64_t bt = kPoolsPerBlock * c.index_kpool;
+  const uint64_t e = fp32 ? 4 : 2;  // bytes of a token entry
   uint64_t b = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     if (!c.is_sparse(l)) continue;
-    b += static_cast<uint64_t>(bt * c.kv_lora_rank) * 2;
+    b += static_cast<uint64_t>(bt * c.kv_lora_rank) * e;
     if (c.has_indexer(l))
-      b += static_cast<uint64_t>(bt * c.index_head_dim) * 2 * 2 + static_cast<uint64_t>(kPoolsPerBlock * c.index_head_dim) * 4;
+      b += static_cast<uint64_t>(bt * c.index_head_dim) * e * 2 + static_cast<uint64_t>(kPoolsPerBlock * c.index_head_dim) * 4;
   }
   return b;
 }
@@ -31,8 +32,10 @@ uint64_t SequencePool::slot_bytes(const ModelConfig& c) {
   return b;
 }
 
-SequencePool::SequencePool(const ModelConfig& c, int slots, int64_t n_blocks, int64_t context_size, VramBudget& budget)
+SequencePool::SequencePool(const ModelConfig& c, int slots, int64_t n_blocks, int64_t context_size, VramBudget& budget,
+                           bool fp32)
     : cfg_(c), slots_(static_cast<size_t>(slots)), context_size_(context_size) {
+  const uint64_t e = fp32 ? 4 : 2;
   geom_.latent = c.kv_lora_rank;
   geom_.index_dim = c.index_head_dim;
   geom_.kpool = static_cast<int>(c.index_kpool);
@@ -61,12 +64,20 @@ SequencePool::SequencePool(const ModelConfig& c, int slots, int64_t n_blocks, in
     if (n_blocks <= 0) continue;
     const int64_t bt = geom_.block_tokens();
     SparseCacheLayer& s = sparse_[l];
-    s.latent = reinterpret_cast<__half*>(
-        take(static_cast<uint64_t>(n_blocks * bt * c.kv_lora_rank) * 2, VramCategory::KvCache, n + " latent cache"));
+    void* lat = take(static_cast<uint64_t>(n_blocks * bt * c.kv_lora_rank) * e, VramCategory::KvCache, n + " latent cache");
+    if (fp32) s.latent32 = static_cast<float*>(lat);
+    else s.latent = static_cast<__half*>(lat);
     if (c.has_indexer(l)) {
-      const uint64_t kb = static_cast<uint64_t>(n_blocks * bt * c.index_head_dim) * 2;
-      s.key = reinterpret_cast<__half*>(take(kb, VramCategory::KvCache, n + " indexer keys"));
-      s.gate = reinterpret_cast<__half*>(take(kb, VramCategory::KvCache, n + " indexer gates"));
+      const uint64_t kb = static_cast<uint64_t>(n_blocks * bt * c.index_head_dim) * e;
+      void* key = take(kb, VramCategory::KvCache, n + " indexer keys");
+      void* gate = take(kb, VramCategory::KvCache, n + " indexer gates");
+      if (fp32) {
+        s.key32 = static_cast<float*>(key);
+        s.gate32 = static_cast<float*>(gate);
+      } else {
+        s.key = static_cast<__half*>(key);
+        s.gate = static_cast<__half*>(gate);
+      }
       s.pool_keys = reinterpret_cast<float*>(take(static_cast<uint64_t>(n_blocks * kPoolsPerBlock * c.index_head_dim) * 4,
                                                   VramCategory::KvCache, n + " pool keys"));
     }

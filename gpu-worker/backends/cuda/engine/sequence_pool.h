@@ -17,10 +17,13 @@ namespace ft::cuda {
 class SequencePool {
  public:
   // `n_blocks`: physical cache blocks shared by all slots; `context_size` bounds one sequence.
-  SequencePool(const ModelConfig& c, int slots, int64_t n_blocks, int64_t context_size, VramBudget& budget);
+  // `fp32`: token entries (latents, indexer keys and gates) in fp32 (an engine in fp32
+  // precision), else fp16.
+  SequencePool(const ModelConfig& c, int slots, int64_t n_blocks, int64_t context_size, VramBudget& budget,
+               bool fp32 = false);
 
   // Bytes of one cache block over all sparse layers (0 for a model without sparse layers).
-  static uint64_t block_bytes(const ModelConfig& c);
+  static uint64_t block_bytes(const ModelConfig& c, bool fp32 = false);
   // Bytes of one slot's KDA states and windows over all KDA layers.
   static uint64_t slot_bytes(const ModelConfig& c);
 

@@ -34,17 +34,19 @@ __global__ void __launch_bounds__(kPoolKeyThreads)
   const int64_t ID = g.index_dim;
   // A pool never straddles a block, so its κ tokens are consecutive rows of one block.
   const int64_t first = token_row(t, kp, slot, p * kp);
-  const __half* kI = cache.key + first * ID;
-  const __half* gI = cache.gate + first * ID;
+  const int64_t base = first * ID;
+  // The cache's entries as fp32 (an fp16 cache widens exactly).
+  auto kI = [&](int64_t i) { return cache.key32 ? cache.key32[base + i] : __half2float(cache.key[base + i]); };
+  auto gI = [&](int64_t i) { return cache.gate32 ? cache.gate32[base + i] : __half2float(cache.gate[base + i]); };
   float* pk = cache.pool_keys + sparse_pool_row(t, slot, p) * ID;
   for (int64_t c = threadIdx.x; c < ID; c += kPoolKeyThreads) {
     float mx = -INFINITY;
-    for (int j = 0; j < kp; ++j) mx = fmaxf(mx, __half2float(gI[j * ID + c]) + ape[j * ID + c]);
+    for (int j = 0; j < kp; ++j) mx = fmaxf(mx, gI(j * ID + c) + ape[j * ID + c]);
     float den = 0.0f, num = 0.0f;
     for (int j = 0; j < kp; ++j) {
-      const float e = expf(__half2float(gI[j * ID + c]) + ape[j * ID + c] - mx);
+      const float e = expf(gI(j * ID + c) + ape[j * ID + c] - mx);
       den += e;
-      num += e * __half2float(kI[j * ID + c]);
+      num += e * kI(j * ID + c);
     }
     pk[c] = num / den;
   }
@@ -166,7 +168,7 @@ void launch_scores(const IndexerShape& s, const SparseCacheLayer& cache, const S
 void indexer_pool_keys(const SparseCacheLayer& cache, const SparseCacheGeometry& g, const SparseTables& t,
                        const SparseRows& rows, const float* ape, cudaStream_t stream) {
   if (rows.n <= 0) return;
-  if (!cache.key || !cache.gate || !cache.pool_keys) throw Error("indexer_pool_keys: layer has no indexer cache");
+  if (!cache.has_indexer() || !cache.pool_keys) throw Error("indexer_pool_keys: layer has no indexer cache");
   if (g.kpool < 1) throw Error("indexer_pool_keys: kpool must be ≥ 1");
   pool_keys_kernel<<<static_cast<unsigned>(rows.n), kPoolKeyThreads, 0, stream>>>(cache, g, t, rows.slot, rows.pos,
                                                                                     ape);

@@ -323,7 +323,7 @@ void kda_prepare(float* qkv, int64_t ld_qkv, const float* r, int64_t ld_r, const
                  int64_t ld_beta_logits, int64_t rows, const float* dt_bias, const float* a_log,
                  std::optional<float> lower_bound, const KdaShape& shape, float* g, int64_t ld_g, float* beta,
                  int64_t ld_beta, cudaStream_t stream) {
-  check_shape(shape, "kda_prepare");
+  check_token_shape(shape, "kda_prepare");
   const int64_t Q = shape.width();
   require(
       rows >= 0 && ld_qkv >= 3 * Q && ld_r >= Q && ld_g >= Q && ld_beta_logits >= shape.heads && ld_beta >= shape.heads,
@@ -332,7 +332,7 @@ void kda_prepare(float* qkv, int64_t ld_qkv, const float* r, int64_t ld_r, const
   const int64_t items = rows * shape.heads;
   const int64_t blocks = (items + kPrepareWarps - 1) / kPrepareWarps;
   require(blocks < (int64_t{1} << 31), "kda_prepare", "too many rows");
-  dispatch_head_dim(shape.head_dim, [&](auto dl) {
+  dispatch_token_head_dim(shape.head_dim, [&](auto dl) {
     prepare_kernel<decltype(dl)::value><<<static_cast<unsigned>(blocks), kPrepareWarps * 32, 0, stream>>>(
         qkv, ld_qkv, r, ld_r, beta_logits, ld_beta_logits, rows, shape.heads, dt_bias, a_log, lower_bound.has_value(),
         lower_bound.value_or(0.0f), g, ld_g, beta, ld_beta);
@@ -343,7 +343,7 @@ void kda_prepare(float* qkv, int64_t ld_qkv, const float* r, int64_t ld_r, const
 void kda_decode_step(float* state_pool, const int32_t* slots, const float* qkv, int64_t ld_qkv, const float* g,
                      int64_t ld_g, const float* beta, int64_t ld_beta, int64_t rows, const KdaShape& shape, float* o,
                      int64_t ld_o, cudaStream_t stream) {
-  check_shape(shape, "kda_decode_step");
+  check_token_shape(shape, "kda_decode_step");
   const int64_t Q = shape.width();
   require(rows >= 0 && rows <= 65535 && ld_qkv >= 3 * Q && ld_g >= Q && ld_o >= Q && ld_beta >= shape.heads,
           "kda_decode_step", "bad rows or row strides");
@@ -352,7 +352,7 @@ void kda_decode_step(float* state_pool, const int32_t* slots, const float* qkv, 
   require(aligned16(state_pool) && aligned16(qkv) && aligned16(g) && aligned16(o), "kda_decode_step",
           "state_pool, qkv, g and o must be 16-byte aligned");
   if (rows == 0) return;
-  dispatch_head_dim(shape.head_dim, [&](auto dl) {
+  dispatch_token_head_dim(shape.head_dim, [&](auto dl) {
     using Cfg = DecodeCfg<decltype(dl)::value>;
     const dim3 grid(static_cast<unsigned>(shape.heads * Cfg::tiles), static_cast<unsigned>(rows));
     decode_step_kernel<decltype(dl)::value><<<grid, Cfg::threads, 0, stream>>>(state_pool, slots, qkv, ld_qkv, g, ld_g,

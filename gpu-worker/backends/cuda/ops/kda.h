@@ -39,9 +39,14 @@
 
 namespace ft::cuda {
 
+// Head sizes kda_chunked_prefill runs (the per-token kernels also run 8; a prefill of such a
+// model steps token by token through kda_decode_step).
+inline bool kda_chunked_head_dim(int64_t d) { return d == 16 || d == 32 || d == 64 || d == 128; }
+
 struct KdaShape {
   int64_t heads = 0;                                  // Hl
-  int64_t head_dim = 0;                               // dl, the key and value size of a head: 16, 32, 64 or 128
+  int64_t head_dim = 0;                               // dl, the key and value size of a head: 8 (per-token
+                                                      // kernels only), 16, 32, 64 or 128
   int64_t width() const { return heads * head_dim; }  // Q
 };
 

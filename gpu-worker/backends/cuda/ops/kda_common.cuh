@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "gpu-worker/backends/cuda/ops/kda.h"
 #include "shared/core/error.h"
@@ -24,10 +25,17 @@ inline void require(bool ok, const char* fn, const std::string& what) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// The chunked prefill's head sizes (its key slices are 16 channels wide).
 inline void check_shape(const KdaShape& s, const char* fn) {
   require(s.heads > 0, fn, "heads must be positive");
-  require(s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128, fn,
+  require(kda_chunked_head_dim(s.head_dim), fn,
           "head_dim " + std::to_string(s.head_dim) + " not supported (16, 32, 64 or 128)");
+}
+// The per-token kernels' (prepare, decode step, gated norm): 8 as well.
+inline void check_token_shape(const KdaShape& s, const char* fn) {
+  require(s.heads > 0, fn, "heads must be positive");
+  require(s.head_dim == 8 || kda_chunked_head_dim(s.head_dim), fn,
+          "head_dim " + std::to_string(s.head_dim) + " not supported (8, 16, 32, 64 or 128)");
 }
 
 // Calls f(std::integral_constant<int, DL>{}) for the shape's head size (checked before).
@@ -47,6 +55,13 @@ void dispatch_head_dim(int64_t head_dim, F&& f) {
       f(std::integral_constant<int, 128>{});
       break;
   }
+}
+
+// dispatch_head_dim with head size 8 as well (the per-token kernels; checked before).
+template <class F>
+void dispatch_token_head_dim(int64_t head_dim, F&& f) {
+  if (head_dim == 8) f(std::integral_constant<int, 8>{});
+  else dispatch_head_dim(head_dim, std::forward<F>(f));
 }
 
 }  // namespace ft::cuda::kda_detail

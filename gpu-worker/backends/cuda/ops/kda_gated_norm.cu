@@ -46,13 +46,13 @@ __global__ __launch_bounds__(kNormWarps * 32) void gated_norm_kernel(const float
 
 void kda_gated_norm(const float* o, int64_t ld_o, const float* gate, int64_t ld_gate, const float* norm_w, int64_t rows,
                     const KdaShape& shape, float eps, float* y, int64_t ld_y, cudaStream_t stream) {
-  check_shape(shape, "kda_gated_norm");
+  check_token_shape(shape, "kda_gated_norm");
   const int64_t Q = shape.width();
   require(rows >= 0 && ld_o >= Q && ld_gate >= Q && ld_y >= Q, "kda_gated_norm", "bad rows or row strides");
   if (rows == 0) return;
   const int64_t blocks = (rows * shape.heads + kNormWarps - 1) / kNormWarps;
   require(blocks < (int64_t{1} << 31), "kda_gated_norm", "too many rows");
-  dispatch_head_dim(shape.head_dim, [&](auto dl) {
+  dispatch_token_head_dim(shape.head_dim, [&](auto dl) {
     gated_norm_kernel<decltype(dl)::value><<<static_cast<unsigned>(blocks), kNormWarps * 32, 0, stream>>>(
         o, ld_o, gate, ld_gate, norm_w, rows, shape.heads, eps, y, ld_y);
   });

@@ -80,14 +80,17 @@ void linear_f16_batched(const LinearF16& L, int64_t batch, int64_t w_stride, con
                         int64_t ld_y, int64_t y_stride, cudaStream_t stream);
 
 // fp32 linears where the spec keeps fp32 (router logits, mHC mixing logits, indexer head
-// weights): y[r][n] = Σ_k x[r][k]·W[n][k] with fp32 FMAs, W fp32 or bf16 (bf16 is widened
-// exactly). The summation order for (r, n) is a fixed function of `in` only (batch invariant).
+// weights) and every dense linear of an engine in fp32 precision (EngineConfig::precision):
+// y[r][n] = Σ_k x[r][k]·W[n][k] with fp32 FMAs, W fp32 or bf16 (bf16 is widened exactly). The
+// summation order for (r, n) is a fixed function of `in` only (batch invariant). Stored value:
+// sum (+ bias[n]), then (Accumulate) y + that, in fp32 in this order.
 struct LinearF32 {
   int64_t out = 0, in = 0;
-  const void* w = nullptr;  // [out, in] row-major
-  bool w_bf16 = false;      // else fp32
+  const void* w = nullptr;      // [out, in] row-major
+  bool w_bf16 = false;          // else fp32
+  const float* bias = nullptr;  // [out] fp32, or null
 };
 void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, float* y, int64_t ld_y,
-                cudaStream_t stream);
+                cudaStream_t stream, LinearStore store = LinearStore::Overwrite);
 
 }  // namespace ft::cuda

@@ -41,8 +41,16 @@ __device__ __forceinline__ float weight_at(const void* w, int64_t i) {
   else return static_cast<const float*>(w)[i];
 }
 
+// The stored value of output n: t (+ bias[n]), then (accumulate) y + that — linear_value's order.
+__device__ __forceinline__ void store_out(float* y, int64_t n, float t, const float* bias, bool accumulate) {
+  if (bias) t = __fadd_rn(t, bias[n]);
+  *y = accumulate ? __fadd_rn(*y, t) : t;
+}
+
 struct DecodeArgs {
   const void* w;
+  const float* bias;
+  bool accumulate;
   const float* x;
   int64_t ld_x;
   int rows;
@@ -158,7 +166,7 @@ __global__ void __launch_bounds__(256) linear_f32_decode_kernel(const DecodeArgs
           const float* src = cluster.map_shared_rank(bsum, j / a.bpc);
           t = __fadd_rn(t, src[(nl * a.bpc + j % a.bpc) * kDecodeRows + r]);
         }
-        a.y[r * a.ld_y + n] = t;
+        store_out(a.y + r * a.ld_y + n, n, t, a.bias, a.accumulate);
       }
     }
     cluster.sync();  // the other blocks' shared memory stays alive until rank 0 has read it
@@ -173,7 +181,7 @@ __global__ void __launch_bounds__(256) linear_f32_decode_kernel(const DecodeArgs
       if (n >= a.out) continue;
       float t = 0.0f;
       for (int j = 0; j < a.blocks; ++j) t = __fadd_rn(t, bsum[(nl * a.bpc + j) * kDecodeRows + r]);
-      a.y[r * a.ld_y + n] = t;
+      store_out(a.y + r * a.ld_y + n, n, t, a.bias, a.accumulate);
     }
   }
 }
@@ -186,6 +194,8 @@ constexpr int kTilePad = kTile + 4;  // keeps float4 alignment of xs[k][4 tr]
 
 struct TiledArgs {
   const void* w;
+  const float* bias;
+  bool accumulate;
   const float* x;
   int64_t ld_x, rows;
   float* y;
@@ -290,7 +300,7 @@ __global__ void __launch_bounds__(256) linear_f32_tiled_kernel(const TiledArgs a
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t n = n0 + 4 * tn + j;
-      if (n < a.out) a.y[r * a.ld_y + n] = total[i][j];
+      if (n < a.out) store_out(a.y + r * a.ld_y + n, n, total[i][j], a.bias, a.accumulate);
     }
   }
 }
@@ -352,7 +362,8 @@ void run_decode(DecodeArgs a, cudaStream_t stream) {
 }  // namespace
 
 void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, float* y, int64_t ld_y,
-                cudaStream_t stream) {
+                cudaStream_t stream, LinearStore store) {
+  const bool accumulate = store == LinearStore::Accumulate;
   if (L.out <= 0 || L.in <= 0 || !L.w || rows < 0 || (rows > 1 && (ld_x < L.in || ld_y < L.out)))
     throw Error("linear_f32: bad shape (" + std::to_string(L.out) + "×" + std::to_string(L.in) + ", rows " +
                 std::to_string(rows) + ", ld_x " + std::to_string(ld_x) + ", ld_y " + std::to_string(ld_y) + ")");
@@ -363,6 +374,8 @@ void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, 
   if (rows <= kDecodeRows) {
     DecodeArgs a{};
     a.w = L.w;
+    a.bias = L.bias;
+    a.accumulate = accumulate;
     a.x = x;
     a.ld_x = ld_x;
     a.rows = static_cast<int>(rows);
@@ -378,7 +391,7 @@ void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, 
     else vec ? run_decode<false, true>(a, stream) : run_decode<false, false>(a, stream);
     return;
   }
-  TiledArgs a{L.w, x, ld_x, rows, y, ld_y, L.out, L.in, segs};
+  TiledArgs a{L.w, L.bias, accumulate, x, ld_x, rows, y, ld_y, L.out, L.in, segs};
   const int64_t gy = (rows + kTile - 1) / kTile;
   if (gy > 65535) throw Error("linear_f32: too many rows (" + std::to_string(rows) + ")");
   const dim3 grid(static_cast<unsigned>((L.out + kTile - 1) / kTile), static_cast<unsigned>(gy));

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/ops/mla.h"
@@ -36,15 +37,40 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__host__ __device__ inline int64_t simt_smem_bytes(int64_t Rkv) {
-  return kSimtHeads * Rkv * 4 + kSimtTile * (Rkv + 8) * 2 + kSimtTile * 8;
+// Cache rows in shared memory are padded by 16 bytes (conflict-free rows).
+template <class T>
+__host__ __device__ constexpr int64_t simt_ldc(int64_t Rkv) {
+  return Rkv + 16 / static_cast<int64_t>(sizeof(T));
 }
+template <class T>
+__host__ __device__ inline int64_t simt_smem_bytes(int64_t Rkv) {
+  return kSimtHeads * Rkv * 4 + kSimtTile * simt_ldc<T>(Rkv) * static_cast<int64_t>(sizeof(T)) + kSimtTile * 8;
+}
+
+// Eight consecutive cache entries as fp32 (16-byte aligned).
+__device__ __forceinline__ void load8(const __half* p, float (&v)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const float2 c01 = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 c23 = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  const float2 c45 = __half22float2(*reinterpret_cast<const __half2*>(&u.z));
+  const float2 c67 = __half22float2(*reinterpret_cast<const __half2*>(&u.w));
+  v[0] = c01.x, v[1] = c01.y, v[2] = c23.x, v[3] = c23.y, v[4] = c45.x, v[5] = c45.y, v[6] = c67.x, v[7] = c67.y;
+}
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ float to_f32(__half h) { return __half2float(h); }
+__device__ __forceinline__ float to_f32(float f) { return f; }
 
 // Block (row, split, head group). Each warp keeps one head's online softmax over the split's
 // tokens, 32 at a time: lane j scores token j (the 8-lane dot of shared/ops/linear.cpp), then
-// every lane accumulates its Rkv/32 channels over the tile's tokens in order.
+// every lane accumulates its channels lane + 32·i over the tile's tokens in order. T: the
+// cache's element type (fp16, or fp32 for an engine in fp32 precision).
+template <class T>
 __global__ void __launch_bounds__(kSimtThreads, 1)
-    attend_simt_kernel(MlaAttendShape s, const __half* latent, SparseTables t, const int32_t* slots,
+    attend_simt_kernel(MlaAttendShape s, const T* latent, SparseTables t, const int32_t* slots,
                        const int32_t* positions, const int32_t* sel_pools, const int32_t* sel_count,
                        const float* q_abs, float* part_acc, float* part_ml, int max_splits) {
   extern __shared__ float4 smem4[];
@@ -57,10 +83,10 @@ __global__ void __launch_bounds__(kSimtThreads, 1)
   const int64_t begin = static_cast<int64_t>(split) * kMlaSplitTokens;
   if (begin >= nsel) return;
   const int64_t end = nsel < begin + kMlaSplitTokens ? nsel : begin + kMlaSplitTokens;
-  const int Rkv = static_cast<int>(s.latent), nch = Rkv / 32, ldc = Rkv + 8;
+  const int Rkv = static_cast<int>(s.latent), nch = (Rkv + 31) / 32, ldc = static_cast<int>(simt_ldc<T>(Rkv));
   const int NH = static_cast<int>(s.heads);
-  float* qs = reinterpret_cast<float*>(smem4);                    // [8][Rkv]
-  __half* cs = reinterpret_cast<__half*>(qs + kSimtHeads * Rkv);  // [32][Rkv + 8]: 16 B pad, conflict-free rows
+  float* qs = reinterpret_cast<float*>(smem4);          // [8][Rkv]
+  T* cs = reinterpret_cast<T*>(qs + kSimtHeads * Rkv);  // [32][ldc]
   int64_t* trow = reinterpret_cast<int64_t*>(cs + kSimtTile * ldc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = h0 + warp;
@@ -86,36 +112,34 @@ __global__ void __launch_bounds__(kSimtThreads, 1)
           static_cast<int64_t>(t.block_table[slot * t.max_blocks_per_seq + tok / bt]) * bt + tok % bt;
     }
     __syncthreads();
-    const int vec = Rkv / 8;
+    constexpr int per16 = 16 / static_cast<int>(sizeof(T));  // entries per 16-byte load
+    const int vec = Rkv / per16;
     for (int i = threadIdx.x; i < nt * vec; i += kSimtThreads) {
-      const int j = i / vec, c8 = i % vec;
-      *reinterpret_cast<uint4*>(cs + j * ldc + c8 * 8) =
-          *reinterpret_cast<const uint4*>(latent + trow[j] * Rkv + c8 * 8);
+      const int j = i / vec, c = i % vec;
+      *reinterpret_cast<uint4*>(cs + j * ldc + c * per16) =
+          *reinterpret_cast<const uint4*>(latent + trow[j] * Rkv + c * per16);
     }
     __syncthreads();
     if (!active) continue;
 
     float sc = -INFINITY;
     if (lane < nt) {
-      const __half* cj = cs + lane * ldc;
+      const T* cj = cs + lane * ldc;
       const float* qh = qs + warp * Rkv;
       float d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int c = 0; c < Rkv; c += 8) {
-        const uint4 u = *reinterpret_cast<const uint4*>(cj + c);
+        float cv[8];
+        load8(cj + c, cv);
         const float4 qa = *reinterpret_cast<const float4*>(qh + c);
         const float4 qb = *reinterpret_cast<const float4*>(qh + c + 4);
-        const float2 c01 = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-        const float2 c23 = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-        const float2 c45 = __half22float2(*reinterpret_cast<const __half2*>(&u.z));
-        const float2 c67 = __half22float2(*reinterpret_cast<const __half2*>(&u.w));
-        d[0] = fmaf(qa.x, c01.x, d[0]);
-        d[1] = fmaf(qa.y, c01.y, d[1]);
-        d[2] = fmaf(qa.z, c23.x, d[2]);
-        d[3] = fmaf(qa.w, c23.y, d[3]);
-        d[4] = fmaf(qb.x, c45.x, d[4]);
-        d[5] = fmaf(qb.y, c45.y, d[5]);
-        d[6] = fmaf(qb.z, c67.x, d[6]);
-        d[7] = fmaf(qb.w, c67.y, d[7]);
+        d[0] = fmaf(qa.x, cv[0], d[0]);
+        d[1] = fmaf(qa.y, cv[1], d[1]);
+        d[2] = fmaf(qa.z, cv[2], d[2]);
+        d[3] = fmaf(qa.w, cv[3], d[3]);
+        d[4] = fmaf(qb.x, cv[4], d[4]);
+        d[5] = fmaf(qb.y, cv[5], d[5]);
+        d[6] = fmaf(qb.z, cv[6], d[6]);
+        d[7] = fmaf(qb.w, cv[7], d[7]);
       }
       sc = (((d[0] + d[4]) + (d[1] + d[5])) + ((d[2] + d[6]) + (d[3] + d[7]))) * s.scale;
     }
@@ -127,10 +151,10 @@ __global__ void __launch_bounds__(kSimtThreads, 1)
     for (int i = 0; i < kSimtMaxChunks; ++i) acc[i] *= corr;
     for (int j = 0; j < nt; ++j) {
       const float pj = __shfl_sync(0xffffffffu, p, j);
-      const __half* cj = cs + j * ldc + lane;
+      const T* cj = cs + j * ldc + lane;
 #pragma unroll
       for (int i = 0; i < kSimtMaxChunks; ++i)
-        if (i < nch) acc[i] = fmaf(pj, __half2float(cj[32 * i]), acc[i]);
+        if (i < nch && lane + 32 * i < Rkv) acc[i] = fmaf(pj, to_f32(cj[32 * i]), acc[i]);
     }
     m = m_new;
   }
@@ -138,7 +162,7 @@ __global__ void __launch_bounds__(kSimtThreads, 1)
   const int64_t idx = (r * NH + h) * max_splits + split;
 #pragma unroll
   for (int i = 0; i < kSimtMaxChunks; ++i)
-    if (i < nch) part_acc[idx * Rkv + lane + 32 * i] = acc[i];
+    if (i < nch && lane + 32 * i < Rkv) part_acc[idx * Rkv + lane + 32 * i] = acc[i];
   if (lane == 0) {
     part_ml[idx * 2] = m;
     part_ml[idx * 2 + 1] = l;
@@ -191,8 +215,12 @@ void mla_attend(const MlaAttendShape& s, const SparseCacheLayer& cache, const Sp
                 const float* q_abs, float* ctx, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                 MlaAttendPath path) {
   if (rows.n <= 0) return;
-  if (s.latent <= 0 || s.latent % 32 != 0 || s.latent > 32 * kSimtMaxChunks)
-    throw Error("mla_attend: Rkv must be a multiple of 32 up to 512");
+  if (s.latent <= 0 || s.latent % 8 != 0 || s.latent > 32 * kSimtMaxChunks)
+    throw Error("mla_attend: Rkv must be a multiple of 8 up to 512 (this model has " + std::to_string(s.latent) + ")");
+  if (cache.fp32() == (cache.latent != nullptr)) throw Error("mla_attend: the cache needs exactly one latent array");
+  // The tensor-core path needs an fp16 cache and Rkv a multiple of 32; elsewhere the SIMT path
+  // runs (the choice is a function of the shape and the cache only: batch invariant).
+  if (cache.fp32() || s.latent % 32 != 0) path = MlaAttendPath::Simt;
   if (s.heads <= 0 || s.kpool < 1 || s.pool_budget < 0) throw Error("mla_attend: bad shape");
   if (s.latent != g.latent || s.kpool != g.kpool) throw Error("mla_attend: shape and cache geometry disagree");
   const int64_t ms = s.max_splits();
@@ -204,10 +232,13 @@ void mla_attend(const MlaAttendShape& s, const SparseCacheLayer& cache, const Sp
     while (per_pass > 0 && mla_attend_workspace_bytes(per_pass, s) > workspace_bytes) --per_pass;
     if (per_pass < 1) throw Error("mla_attend: workspace smaller than one row's partials");
   }
-  const int64_t smem = simt_smem_bytes(s.latent);
-  if (ms > 0 && path == MlaAttendPath::Simt)
-    FT_CUDA_CHECK(cudaFuncSetAttribute(attend_simt_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+  const bool f32 = cache.fp32();
+  const int64_t smem = f32 ? simt_smem_bytes<float>(s.latent) : simt_smem_bytes<__half>(s.latent);
+  if (ms > 0 && path == MlaAttendPath::Simt) {
+    const void* k = f32 ? reinterpret_cast<const void*>(attend_simt_kernel<float>)
+                        : reinterpret_cast<const void*>(attend_simt_kernel<__half>);
+    FT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
   for (int64_t o = 0; o < rows.n; o += per_pass) {
     const int64_t m = std::min(per_pass, rows.n - o);
     const SparseRows part{rows.slot + o, rows.pos + o, m};
@@ -219,8 +250,12 @@ void mla_attend(const MlaAttendShape& s, const SparseCacheLayer& cache, const Sp
       if (path == MlaAttendPath::Simt) {
         const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(ms),
                         static_cast<unsigned>((s.heads + kSimtHeads - 1) / kSimtHeads));
-        attend_simt_kernel<<<grid, kSimtThreads, smem, stream>>>(s, cache.latent, t, part.slot, part.pos, pools,
-                                                                 sel_count + o, q, acc, ml, static_cast<int>(ms));
+        if (f32)
+          attend_simt_kernel<float><<<grid, kSimtThreads, smem, stream>>>(
+              s, cache.latent32, t, part.slot, part.pos, pools, sel_count + o, q, acc, ml, static_cast<int>(ms));
+        else
+          attend_simt_kernel<__half><<<grid, kSimtThreads, smem, stream>>>(
+              s, cache.latent, t, part.slot, part.pos, pools, sel_count + o, q, acc, ml, static_cast<int>(ms));
         FT_CUDA_CHECK_LAUNCH();
       } else {
         detail::mla_attend_mma_partials(s, cache.latent, t, part, pools, sel_count + o, q, acc, ml, stream);

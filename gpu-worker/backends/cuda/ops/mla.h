@@ -24,7 +24,8 @@ namespace ft::cuda {
 // Writes row r's normalised latent c (fp32 latent[r·ld_latent …], Rkv values) and, when the
 // layer has its own indexer (cache.key non-null), its indexer key kI and gate logits gI (fp32,
 // ID values at key[r·ld_index …] / gate[r·ld_index …]) into the cache at (slot[r], pos[r]) as
-// fp16 (round to nearest). The block table must already cover pos[r].
+// fp16 (round to nearest), or as they are in an fp32 cache. The block table must already cover
+// pos[r].
 void sparse_cache_append(const SparseCacheLayer& cache, const SparseCacheGeometry& g, const SparseTables& t,
                          const SparseRows& rows, const float* latent, int64_t ld_latent, const float* key,
                          const float* gate, int64_t ld_index, cudaStream_t stream);
@@ -48,7 +49,7 @@ constexpr int kMlaSplitTokens = 256;
 
 struct MlaAttendShape {
   int64_t heads = 0;        // NH
-  int64_t latent = 0;       // Rkv (multiple of 32; ≤ 512 on the SIMT path, == 512 or 32·k ≤ 512 on the mma path)
+  int64_t latent = 0;       // Rkv (multiple of 8 up to 512 on the SIMT path; multiple of 32 on the mma path)
   int kpool = 1;            // κ
   int64_t pool_budget = 0;  // Bp: columns of sel_pools
   bool tail = true;         // index_kpool_always_select_tail
@@ -59,7 +60,7 @@ struct MlaAttendShape {
 };
 
 enum class MlaAttendPath : int {
-  Simt,        // fp32 FMAs on the fp16 cache (the exact one: ≤ 1e-5 of the fp32 reference)
+  Simt,        // fp32 FMAs on the fp16 or fp32 cache (the exact one; the only one for an fp32 cache)
   TensorCore,  // mma.sync m16n8k16: q_abs as fp16 with a power-of-two scale per (row, head), p as fp16
 };
 

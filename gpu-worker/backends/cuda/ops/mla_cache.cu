@@ -19,6 +19,15 @@ __global__ void __launch_bounds__(kAppendThreads)
   const int64_t bt = static_cast<int64_t>(kPoolsPerBlock) * kpool;
   const int64_t s = positions[r];
   const int64_t row = static_cast<int64_t>(t.block_table[slots[r] * t.max_blocks_per_seq + s / bt]) * bt + s % bt;
+  if (cache.fp32()) {
+    for (int64_t c = threadIdx.x; c < Rkv; c += kAppendThreads) cache.latent32[row * Rkv + c] = latent[r * ld_latent + c];
+    if (!cache.key32) return;
+    for (int64_t c = threadIdx.x; c < ID; c += kAppendThreads) {
+      cache.key32[row * ID + c] = key[r * ld_index + c];
+      cache.gate32[row * ID + c] = gate[r * ld_index + c];
+    }
+    return;
+  }
   for (int64_t c = threadIdx.x; c < Rkv; c += kAppendThreads)
     cache.latent[row * Rkv + c] = __float2half_rn(latent[r * ld_latent + c]);
   if (!cache.key) return;
@@ -34,7 +43,8 @@ void sparse_cache_append(const SparseCacheLayer& cache, const SparseCacheGeometr
                          const SparseRows& rows, const float* latent, int64_t ld_latent, const float* key,
                          const float* gate, int64_t ld_index, cudaStream_t stream) {
   if (rows.n <= 0) return;
-  if (cache.key && (!cache.gate || !key || !gate)) throw Error("sparse_cache_append: indexer cache without inputs");
+  if (cache.has_indexer() && (!key || !gate || (cache.key && !cache.gate) || (cache.key32 && !cache.gate32)))
+    throw Error("sparse_cache_append: indexer cache without inputs");
   append_kernel<<<static_cast<unsigned>(rows.n), kAppendThreads, 0, stream>>>(
       cache, g.latent, g.index_dim, g.kpool, t, rows.slot, rows.pos, latent, ld_latent, key, gate, ld_index);
   FT_CUDA_CHECK_LAUNCH();

@@ -69,4 +69,21 @@ void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const Moe
                        int64_t ld_x, int64_t D, int64_t I, float limit, float* Y, void* workspace,
                        cudaStream_t stream);
 
+// One expert in VRAM for an engine in fp32 precision: fp32 or bf16 weights (gate, up: [I, D];
+// down: [D, I]), no bias.
+struct DenseExpertF32 {
+  LinearF32 gate, up, down;
+};
+
+// Workspace of moe_dense_experts_f32 for up to max_n tokens (bytes).
+size_t moe_dense_f32_workspace_bytes(int64_t max_n, int top_k, int64_t I);
+
+// moe_dense_experts in fp32 (fp32 activations, fp32 FMAs): the same Y for every pick of
+// `r` (experts: device array [n_experts]; picks with an expert outside [0, n_experts) get zero
+// rows). Two launches whose grids depend on n and top_k only (graph-capturable); no dispatch
+// needed. I ≤ 12288.
+void moe_dense_experts_f32(const DenseExpertF32* experts, int n_experts, const MoeRoutes& r, const float* x,
+                           int64_t ld_x, int64_t D, int64_t I, float limit, float* Y, void* workspace,
+                           cudaStream_t stream);
+
 }  // namespace ft::cuda

@@ -24,12 +24,18 @@ struct SparseCacheGeometry {
   int64_t max_blocks_per_seq = 0;  // columns of the block table
 };
 
-// One sparse layer's block pools (device memory).
+// One sparse layer's block pools (device memory). Token entries are fp16 (an engine in fp16
+// precision) or fp32 (fp32 precision: the *32 pointers set, the fp16 ones null).
 struct SparseCacheLayer {
   __half* latent = nullptr;    // [n_blocks][BLK][Rkv]: normalised kv latent c_s
   __half* key = nullptr;       // [n_blocks][BLK][ID]: indexer keys kI_s (null on shared-indexer layers)
   __half* gate = nullptr;      // [n_blocks][BLK][ID]: pool-gate logits gI_s (null on shared-indexer layers)
   float* pool_keys = nullptr;  // [n_blocks][64][ID]: keys PK_p of completed pools (null on shared-indexer layers)
+  float* latent32 = nullptr;   // fp32 twins of latent, key, gate
+  float* key32 = nullptr;
+  float* gate32 = nullptr;
+  __host__ __device__ bool fp32() const { return latent32 != nullptr; }
+  __host__ __device__ bool has_indexer() const { return key != nullptr || key32 != nullptr; }
 };
 
 // The query rows of one step (device arrays of n entries): row r is the token at absolute
