@@ -1,9 +1,13 @@
 // The prefix cache of the CPU engine: the index finds the longest kept prefix (verified token by
 // token), a restored sequence continues bit-identically to a cold run (prompt in one piece or in
 // pieces), snapshots of one conversation share its history, the budget evicts the least recently
-// used, long prefills leave stride snapshots, and the scheduler reports cached tokens.
+// used, long prefills leave stride snapshots, and the scheduler reports cached tokens. The
+// bit-identity test runs on every model fixture and on the demo model (made by
+// flashtier-demo-model when that tool is built).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -21,9 +25,11 @@ const ModelWeights& tiny_chat() {
   return w;
 }
 
-std::vector<int32_t> tokens(int n, int seed) {
+// Prompt ids in [1, min(501, vocab)).
+std::vector<int32_t> tokens(int n, int seed, int64_t vocab = 501) {
+  const int64_t m = std::min<int64_t>(500, vocab - 1);
   std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) p[i] = (i * 37 + seed * 101 + 11) % 500 + 1;
+  for (int i = 0; i < n; ++i) p[i] = static_cast<int32_t>((i * 37 + seed * 101 + 11) % m + 1);
   return p;
 }
 
@@ -101,17 +107,20 @@ TEST(PrefixIndex, FindsTheLongestVerifiedPrefixAndKeepsLruOrder) {
   EXPECT_EQ(ix.size(), 2u);
 }
 
-TEST(PrefixCache, RestoredRequestsAreBitIdenticalToColdRuns) {
+// Turn 1 kept; turn 2 quotes turn 1's prompt and answer and adds a new message; restored runs of
+// turn 2 (prompt in one piece, in pieces of 7 and of 64) against a cold engine, bit for bit.
+void check_restored_equals_cold(const ModelWeights& w, const std::string& name) {
+  SCOPED_TRACE(name);
+  const int64_t V = w.cfg.vocab_size;
   PrefixCacheOptions pc;
   pc.bytes = 256 << 20;
-  CpuEngine warm(tiny_chat(), nullptr, 4, pc), cold(tiny_chat(), nullptr, 4);
-  // Turn 1, kept; turn 2 quotes turn 1's prompt and answer and adds a new message.
-  const auto p1 = tokens(90, 3);
+  CpuEngine warm(w, nullptr, 4, pc), cold(w, nullptr, 4);
+  const auto p1 = tokens(90, 3, V);
   const RunResult t1 = run(warm, p1, 12, 0, true, true);
   EXPECT_EQ(t1.cached, 0);
   std::vector<int32_t> p2 = p1;
   p2.insert(p2.end(), t1.out.begin(), t1.out.end());
-  const auto extra = tokens(40, 9);
+  const auto extra = tokens(40, 9, V);
   p2.insert(p2.end(), extra.begin(), extra.end());
   const int64_t turn1 = static_cast<int64_t>(p1.size() + t1.out.size() - 1);  // what turn 1 fed
   for (size_t piece : {size_t{0}, size_t{7}, size_t{64}}) {
@@ -127,6 +136,26 @@ TEST(PrefixCache, RestoredRequestsAreBitIdenticalToColdRuns) {
   const PrefixCacheStats st = warm.prefix_stats();
   EXPECT_EQ(st.hits, 3u);
   EXPECT_EQ(st.tokens_saved, static_cast<uint64_t>(turn1 + 2 * (static_cast<int64_t>(p2.size()) - 1)));
+}
+
+TEST(PrefixCache, RestoredRequestsAreBitIdenticalToColdRuns) {
+  check_restored_equals_cold(tiny_chat(), "glm5-tiny-chat");
+  for (const char* f : {"glm5-tiny-a", "glm5-tiny-exl3", "glm5-variants/glm5-var-allsparse-kpool16",
+                        "glm5-variants/glm5-var-fp32-kpool1", "glm5-variants/glm5-var-group-softplus",
+                        "glm5-variants/glm5-var-hc2-wide", "glm5-variants/glm5-var-notail",
+                        "glm5-variants/glm5-var-shared-indexer", "glm5-variants/glm5-var-tied",
+                        "glm5-variants/glm5-var-12layer"})
+    check_restored_equals_cold(load_model(test::fixture(std::string(f) + "/model")), f);
+}
+
+// The demo model (tools/demo-model: the model the README's first command serves).
+TEST(PrefixCache, RestoredRequestsOnTheDemoModelAreBitIdenticalToColdRuns) {
+  const std::string tool = std::string(FLASHTIER_BIN_DIR) + "/flashtier-demo-model";
+  if (!std::filesystem::exists(tool)) GTEST_SKIP() << "flashtier-demo-model is not built";
+  test::TempDir dir;
+  const std::string model = dir / "demo-model";
+  ASSERT_EQ(std::system(("'" + tool + "' --out '" + model + "' >/dev/null").c_str()), 0);
+  check_restored_equals_cold(load_model(model), "demo-model");
 }
 
 TEST(PrefixCache, SnapshotsOfOneConversationShareItsHistory) {
