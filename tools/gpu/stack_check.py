@@ -5,7 +5,9 @@ Checks, against the fixture's reference.safetensors (transformers' greedy tokens
   * /v1/completions with each case's prompt ids at temperature 0 returns exactly generated_ids
     (as token ids);
   * SGLang's /generate returns the same ids;
-  * 8 concurrent streams give the same tokens as the 8 sequential requests.
+  * 8 concurrent streams give the same tokens as the 8 sequential requests;
+  * JSON-schema constrained chat completions (sampled, temperature 1: the constraint alone must
+    make them valid) parse and satisfy the schema (checked here, not by our matcher).
 Prints one line per check and exits non-zero on any failure.
 
 usage: stack_check.py BIN_DIR FIXTURE_DIR [--backend cuda]
@@ -60,6 +62,40 @@ def completion_ids(port, prompt, n):
     return [int(t.split(":", 1)[1]) for t in toks]
 
 
+SCHEMA = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 12},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                         "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3}},
+          "required": ["name", "age", "tags"], "additionalProperties": False}
+
+
+def schema_errors(text):
+    """What is wrong with `text` as an instance of SCHEMA (empty: valid)."""
+    try:
+        v = json.loads(text)
+    except ValueError as e:
+        return "not JSON (%s): %r" % (e, text[:200])
+    if not isinstance(v, dict) or set(v) != {"name", "age", "tags"}:
+        return "keys %r" % (sorted(v) if isinstance(v, dict) else type(v).__name__)
+    if not isinstance(v["name"], str) or len(v["name"]) > 12:
+        return "name %r" % (v["name"],)
+    if type(v["age"]) is not int or not 0 <= v["age"] <= 120:
+        return "age %r" % (v["age"],)
+    if not isinstance(v["tags"], list) or len(v["tags"]) > 3 or any(t not in ("red", "green", "blue") for t in v["tags"]):
+        return "tags %r" % (v["tags"],)
+    return ""
+
+
+def constrained(port, model, seed):
+    r = post(port, "/v1/chat/completions", {
+        "model": model, "messages": [{"role": "user", "content": "Describe a person as JSON."}],
+        "temperature": 1.0, "seed": seed, "max_tokens": 200,
+        "chat_template_kwargs": {"enable_thinking": False},  # a random model never closes its thinking
+        "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}})
+    c = r["choices"][0]
+    return c["message"]["content"], c["finish_reason"]
+
+
 def main():
     bin_dir, fixture = sys.argv[1], sys.argv[2]
     backend = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--backend" else "cuda"
@@ -108,6 +144,15 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(8) as ex:
             par = list(ex.map(lambda p: completion_ids(port, p, 16), prompts))
         check("8 concurrent == 8 sequential", par == seq)
+        with urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % port, timeout=30) as r:
+            model = json.loads(r.read())["data"][0]["id"]
+        bad = []
+        for seed in range(6):
+            text, finish = constrained(port, model, seed)
+            err = schema_errors(text) if finish == "stop" else "finish_reason %s" % finish
+            if err:
+                bad.append("seed %d: %s" % (seed, err))
+        check("6 json-schema constrained completions valid", not bad, "; ".join(bad))
     except Exception as e:  # a crash of the stack shows up as a refused connection
         check("requests", False, repr(e))
     finally:
