@@ -29,23 +29,28 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
     const LayerGpu& L = m_.layers[l];
     b_.scratch.reset();
-    op_mark(prof_, "mhc", s);
+    // mHC in three profile groups (the mixing logits, the site's input side, its output side):
+    // at batch 1 its 90 sites are latency, not bytes.
+    op_mark(prof_, "mhc mixing logits", s);
     linear_f32(L.attn_fn, b_.X, HC * D, N, b_.m_raw, nmix, s);
+    op_mark(prof_, "mhc site in", s);
     mhc_site_in(L.attn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
     if (L.kda)
       kda(l, p, s);
     else
       mla(l, p, s);
-    op_mark(prof_, "mhc", s);
+    op_mark(prof_, "mhc site out", s);
     mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
     b_.scratch.reset();
+    op_mark(prof_, "mhc mixing logits", s);
     linear_f32(L.ffn_fn, b_.X, HC * D, N, b_.m_raw, nmix, s);
+    op_mark(prof_, "mhc site in", s);
     mhc_site_in(L.ffn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
     if (L.dense)
       mlp(*L.dense, N, b_.O, LinearStore::Overwrite, s);
     else
       moe(l, p, s);
-    op_mark(prof_, "mhc", s);
+    op_mark(prof_, "mhc site out", s);
     mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
     if (probe_) probe_(l, b_, N, s);
   }
@@ -231,8 +236,9 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
                                             : moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im);
   void* ws = dense ? a.take<uint8_t>(ws_bytes, "expert workspace") : nullptr;
 
-  op_mark(prof_, "moe router", s);
+  op_mark(prof_, "moe router logits", s);
   linear_f32(m.router, b_.A, D, N, logits, E, s);
+  op_mark(prof_, "moe routing", s);
   RouterConfig rc;
   rc.n_experts = E;
   rc.top_k = TK;
@@ -249,11 +255,14 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
                           static_cast<float>(c_.swiglu_limit), Y, ws, s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
   } else if (m.local_experts) {
+    op_mark(prof_, "moe dispatch + combine", s);
     moe_dispatch(routes, static_cast<int>(E), d, s);
+    op_mark(prof_, "moe routed experts", s);
     if (m.exl3_experts)
       exl3_moe_experts(*m.exl3_experts, routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, b_.exl3_moe_ws, s);
     else
       moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);
+    op_mark(prof_, "moe dispatch + combine", s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
   } else if (tier_) {
     // From the segment (zero-copy) or VRAM cache slots, wherever the tier's table says; the
