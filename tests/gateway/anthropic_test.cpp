@@ -295,5 +295,31 @@ TEST_F(GatewayAnthropic, RequiredToolChoiceWithoutACallIsAnError) {
   EXPECT_NE(e["error"]["message"].get<std::string>().find("tool_choice"), std::string::npos) << r.body;
 }
 
+// tool_choice "any" and a named tool reach the worker as a tool-call constraint (the grammar the
+// OpenAI surface uses), with disable_parallel_tool_use as a single call; "auto" carries none.
+TEST_F(GatewayAnthropic, ToolChoiceReachesTheWorkerAsAConstraint) {
+  json req = weather_request();
+  req["tool_choice"] = {{"type", "tool"}, {"name", "get_weather"}, {"disable_parallel_tool_use", true}};
+  HttpResult r = post("/v1/messages", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto g = worker_->requests().back();
+  ASSERT_TRUE(g.has_constraint());
+  EXPECT_EQ(g.constraint().tool_calls().function(), "get_weather");
+  EXPECT_TRUE(g.constraint().tool_calls().single_call());
+  EXPECT_NE(g.constraint().tool_calls().tools_json().find("\"get_weather\""), std::string::npos);
+  EXPECT_FALSE(g.constraint().after_reasoning());  // thinking off: from the first token
+  req["tool_choice"] = {{"type", "any"}};
+  r = post("/v1/messages", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  g = worker_->requests().back();
+  ASSERT_TRUE(g.has_constraint());
+  EXPECT_EQ(g.constraint().tool_calls().function(), "");
+  EXPECT_FALSE(g.constraint().tool_calls().single_call());
+  req["tool_choice"] = {{"type", "auto"}};
+  r = post("/v1/messages", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(worker_->requests().back().has_constraint());
+}
+
 }  // namespace
 }  // namespace ft::test
