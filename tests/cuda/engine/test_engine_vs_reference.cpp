@@ -142,15 +142,11 @@ void compare(const std::string& name, int ci) {
       for (int64_t t = 0; t < P; ++t) {
         const int64_t kp = c.index_kpool, nvis = (t + 1) / kp;
         std::set<int32_t> g;
-        if (nvis <= Bp) {  // every visible pool, then the tail when the config selects it
-          const int64_t last = c.index_kpool_always_select_tail ? t : nvis * kp - 1;
-          for (int64_t q = 0; q <= last; ++q) g.insert(static_cast<int32_t>(q));
-        } else {
-          for (int64_t k = 0; k < count[t]; ++k)
-            for (int64_t j = 0; j < kp; ++j) g.insert(static_cast<int32_t>(pools[t * Bp + k] * kp + j));
-          if (c.index_kpool_always_select_tail && kp > 1)
-            for (int64_t q = nvis * kp; q <= t; ++q) g.insert(static_cast<int32_t>(q));
-        }
+        // What the GPU wrote (nvis ≤ Bp: every visible pool, ascending), then the tail.
+        for (int64_t k = 0; k < count[t]; ++k)
+          for (int64_t j = 0; j < kp; ++j) g.insert(static_cast<int32_t>(pools[t * Bp + k] * kp + j));
+        if (c.index_kpool_always_select_tail)
+          for (int64_t q = nvis * kp; q <= t; ++q) g.insert(static_cast<int32_t>(q));
         if (t < static_cast<int64_t>(obs.selected[l].size()) && g != obs.selected[l][t]) {
           ++differ;
           if (first_differ < 0) first_differ = t;

@@ -25,7 +25,10 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A quantized checkpoint: an EXL3 linear in this process, or a quantization_config (which also
+// covers a checkpoint whose only quantized linears are routed experts living on a remote tier).
 bool any_quantized(const ModelWeights& w) {
+  if (!w.cfg.quantization_config_json.empty()) return true;
   auto q = [](const DenseLinear& l) { return l.exl3 != nullptr; };
   for (const LayerWeights& L : w.layers) {
     if (L.kda && (q(L.kda->q) || q(L.kda->o))) return true;

@@ -128,9 +128,6 @@ class Uploader {
           m_.bytes += m_.exl3_storage.back()->bytes();
           gl.exl3 = m_.exl3_storage.back().get();
           m_.exl3_linears.push_back(&gl.exl3->dev());
-        } else if (fp32_) {
-          gl.exact = f32(*p, what, true);
-          gl.fp32 = true;
         } else {
           const std::vector<float> d = host_dense(*p);
           gl.dense = f16(d.data(), p->out, p->in, &p->bias, what);

@@ -11,10 +11,12 @@ namespace ft::cuda {
 namespace {
 
 // The fp16 staging width: the widest dense linear input, and MLA's per-token rows of every
-// head's query (NH·dn) and attended latent (NH·Rkv).
-int64_t staging_cols(const ModelConfig& c, int64_t max_linear_in) {
-  int64_t w = max_linear_in;
-  if (c.num_attention_heads > 0) {
+// head's query (NH·dn) and attended latent (NH·Rkv) — those only in fp16 precision (fp32 reads
+// them as they are).
+int64_t staging_cols(const DeviceModel& m) {
+  const ModelConfig& c = m.cfg;
+  int64_t w = m.max_linear_in;
+  if (c.num_attention_heads > 0 && !m.fp32) {
     w = std::max(w, c.num_attention_heads * c.qk_nope_head_dim + 8);
     w = std::max(w, c.num_attention_heads * c.kv_lora_rank + 8);
   }
@@ -47,9 +49,8 @@ size_t exl3_moe_ws(const DeviceModel& m, int64_t tokens) {
 template <class F>
 void lay_out(const DeviceModel& m, const StepLimits& lim, F&& put) {
   const ModelConfig& c = m.cfg;
-  const int64_t max_linear_in = m.max_linear_in;
   const int64_t T = lim.max_tokens, R = lim.max_logit_rows, D = c.hidden_size, HC = c.hc_mult;
-  const int64_t nmix = mhc_nmix(HC), W = staging_cols(c, max_linear_in);
+  const int64_t nmix = mhc_nmix(HC), W = staging_cols(m);
   const int64_t rows16 = T * std::max<int64_t>(c.num_attention_heads, 1);  // per-(row, head) scales
   put("tokens", T * 4);
   put("slot", T * 4);
@@ -70,7 +71,7 @@ void lay_out(const DeviceModel& m, const StepLimits& lim, F&& put) {
   put("exl3_moe_ws", static_cast<int64_t>(exl3_moe_ws(m, T)));
   bool dense_experts = false;
   for (const LayerGpu& L : m.layers) dense_experts |= L.moe && L.moe->local_experts && !L.moe->exl3_experts;
-  put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools, dense_experts).max()));
+  put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools, dense_experts, m.fp32).max()));
 }
 
 }  // namespace
@@ -121,7 +122,7 @@ void StepBuffers::allocate(const DeviceModel& m, const StepLimits& limits, VramB
     exl3_moe_workspace_init(exl3_moe_ws, moe_bytes, nullptr);
   }
   FT_CUDA_CHECK(cudaDeviceSynchronize());  // the zeroing above ran on the legacy stream
-  const int64_t W = staging_cols(c, m.max_linear_in);
+  const int64_t W = staging_cols(m);
   staging.max_rows = std::max(lim.max_tokens, lim.max_logit_rows);
   staging.max_cols = W;
   scratch.init(base + scratch_at, scratch_bytes);

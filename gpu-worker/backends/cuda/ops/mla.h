@@ -22,7 +22,7 @@
 namespace ft::cuda {
 
 // Writes row r's normalised latent c (fp32 latent[r·ld_latent …], Rkv values) and, when the
-// layer has its own indexer (cache.key non-null), its indexer key kI and gate logits gI (fp32,
+// layer has its own indexer (cache.has_indexer()), its indexer key kI and gate logits gI (fp32,
 // ID values at key[r·ld_index …] / gate[r·ld_index …]) into the cache at (slot[r], pos[r]) as
 // fp16 (round to nearest), or as they are in an fp32 cache. The block table must already cover
 // pos[r].

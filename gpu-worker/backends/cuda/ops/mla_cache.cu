@@ -45,6 +45,8 @@ void sparse_cache_append(const SparseCacheLayer& cache, const SparseCacheGeometr
   if (rows.n <= 0) return;
   if (cache.has_indexer() && (!key || !gate || (cache.key && !cache.gate) || (cache.key32 && !cache.gate32)))
     throw Error("sparse_cache_append: indexer cache without inputs");
+  if (cache.fp32() == (cache.latent != nullptr) || (cache.fp32() && cache.key) || (!cache.fp32() && cache.key32))
+    throw Error("sparse_cache_append: a cache is all fp16 or all fp32");
   append_kernel<<<static_cast<unsigned>(rows.n), kAppendThreads, 0, stream>>>(
       cache, g.latent, g.index_dim, g.kpool, t, rows.slot, rows.pos, latent, ld_latent, key, gate, ld_index);
   FT_CUDA_CHECK_LAUNCH();
