@@ -8,17 +8,17 @@ set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$src/build-fuzz}"
 seconds="${2:-10}"
-targets=(fuzz_openai_request fuzz_chat_template fuzz_tokenizer fuzz_glm_parser fuzz_safetensors fuzz_config)
+targets=(fuzz_openai_request fuzz_chat_template fuzz_tokenizer fuzz_glm_parser fuzz_safetensors fuzz_config fuzz_exl3_metadata)
 command -v clang++ >/dev/null || { echo "fuzz: SKIPPED: clang++ missing"; exit 77; }
 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
   { echo "fuzz: SKIPPED: libFuzzer missing (apt-get install libfuzzer-14-dev)"; exit 77; }
 t0=$(date +%s)
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  CC=clang CXX=clang++ cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DFLASHTIER_FUZZ=ON -DFLASHTIER_CUDA=OFF \
-    -DFLASHTIER_EXCLUDE="tests;tools;gpu-worker;cpu-expert-worker;gateway;deploy;exl3;ops;engine;ipc" \
-    -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined" >/dev/null
-fi
+# Configured every time (quick once cached), so a tree made before a change of these options
+# picks it up.
+CC=clang CXX=clang++ cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DFLASHTIER_FUZZ=ON -DFLASHTIER_CUDA=OFF \
+  -DFLASHTIER_EXCLUDE="tests;tools;gpu-worker;cpu-expert-worker;gateway;deploy;exl3;ops;engine;ipc" \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined" >/dev/null
 nice -n 10 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$build/fuzz-build.log" 2>&1 ||
   { tail -n 30 "$build/fuzz-build.log"; exit 1; }
 echo "fuzz: built in $(( $(date +%s) - t0 )) s"
