@@ -44,7 +44,7 @@ class MessagesListener : public GenerationListener {
   MessagesListener(const App& app, const AnthropicSpec& spec, std::string id, size_t prompt_tokens,
                    const text::GlmParseOptions& popts)
       : app_(app), spec_(spec), chat_(spec.chat), id_(std::move(id)), prompt_tokens_(prompt_tokens), parser_(popts) {
-    enforce_ = chat_.has_tools && (chat_.tool_choice == ToolChoice::Required || chat_.tool_choice == ToolChoice::Named);
+    enforce_ = chat_.requires_tool_call();
   }
 
   void on_start(std::string& out) override {

@@ -269,10 +269,8 @@ AnthropicSpec parse_anthropic_request(std::string_view body, const SchemaLimits&
   if (s.has_tools) {
     tr["tools"] = tools;
     s.tools_json = dump(tools);
-    // Enforced by a grammar over GLM's tool-call format, as on the OpenAI surface (the endpoint
-    // still refuses an output without the call, should a worker not apply constraints).
-    if (s.tool_choice == ToolChoice::Required || s.tool_choice == ToolChoice::Named)
-      set_tool_choice(s.constraint, s.tools_json, s.tool_choice == ToolChoice::Named ? s.tool_name : "", !s.parallel_tool_calls);
+    // The endpoint still refuses an output without the call, should a worker not apply it.
+    constrain_tool_choice(s);
   }
   check_constraint(s.constraint, s.max_tokens.value_or(0), "max_tokens");
   s.template_request = dump(tr);

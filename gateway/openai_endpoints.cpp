@@ -192,7 +192,7 @@ class ChatListener : public GenerationListener {
   ChatListener(const App& app, const ChatSpec& spec, std::string id, int64_t created, const text::GlmParseOptions& popts)
       : app_(app), spec_(spec), id_(std::move(id)), created_(created), usage_(spec.n, spec.n) {
     for (int i = 0; i < spec.n; ++i) ch_.emplace_back(popts);
-    enforce_ = spec.has_tools && (spec.tool_choice == ToolChoice::Required || spec.tool_choice == ToolChoice::Named);
+    enforce_ = spec.requires_tool_call();
   }
 
   void on_start(std::string& out) override {

@@ -340,15 +340,18 @@ ChatSpec parse_chat_request(std::string_view body, const SchemaLimits& lim) {
   if (s.has_tools) {  // tool_choice "none" drops the tools from the prompt
     tr["tools"] = tools;
     s.tools_json = tools.dump(-1, ' ', false, json::error_handler_t::replace);
-    // Enforced by a grammar over GLM's tool-call format, not checked after the fact.
-    if (s.tool_choice == ToolChoice::Required || s.tool_choice == ToolChoice::Named)
-      set_tool_choice(s.constraint, s.tools_json, s.tool_choice == ToolChoice::Named ? s.tool_name : "", !s.parallel_tool_calls);
+    constrain_tool_choice(s);
   }
   check_constraint(s.constraint, s.max_tokens.value_or(0), field(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
   if (effort) tr["reasoning_effort"] = *effort;
   if (!kwargs.empty()) tr["chat_template_kwargs"] = kwargs;
   s.template_request = tr.dump(-1, ' ', false, json::error_handler_t::replace);
   return s;
+}
+
+void constrain_tool_choice(ChatSpec& s) {
+  if (s.requires_tool_call())
+    set_tool_choice(s.constraint, s.tools_json, s.tool_choice == ToolChoice::Named ? s.tool_name : "", !s.parallel_tool_calls);
 }
 
 SglangSpec parse_sglang_generate(std::string_view body, const SchemaLimits& lim) {

@@ -67,7 +67,15 @@ struct ChatSpec : CommonFields {
   std::string tools_json;        // the request's tools (JSON array) when has_tools
   bool enable_thinking = true;
   bool parallel_tool_calls = true;
+  // tool_choice "required" / a named function (Anthropic: "any" / "tool") with tools given.
+  bool requires_tool_call() const {
+    return has_tools && (tool_choice == ToolChoice::Required || tool_choice == ToolChoice::Named);
+  }
 };
+
+// A required or named tool choice becomes the tool-call constraint (a grammar over GLM's
+// tool-call format), for the OpenAI and the Anthropic surface alike; needs tools_json set.
+void constrain_tool_choice(ChatSpec& s);
 
 struct SglangSpec : CommonFields {
   std::optional<std::string> text;

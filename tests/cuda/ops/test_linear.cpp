@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu-worker/backends/cuda/ops/linear.h"
+#include "shared/core/half.h"
 #include "shared/ops/linear.h"
 #include "tests/cuda/ops/linear_checks.h"
 #include "tests/cuda/support/gpu_test.h"
@@ -373,11 +374,7 @@ TEST_F(GpuLinearF32, MatchesMatvecAndIsBatchInvariant) {
     L.w_bf16 = s.bf16;
     if (s.bf16) {
       std::vector<uint16_t> h(W.size());
-      for (size_t i = 0; i < W.size(); ++i) {
-        uint32_t u;
-        std::memcpy(&u, &W[i], 4);
-        h[i] = static_cast<uint16_t>(u >> 16);
-      }
+      for (size_t i = 0; i < W.size(); ++i) h[i] = f32_to_bf16(W[i]);  // bf16-valued: exact
       w16 = DevBuf<uint16_t>(h);
       L.w = w16.get();
     } else {
@@ -440,11 +437,7 @@ TEST_F(GpuLinearF32, BiasAndAccumulateFollowTheStoredValueOrder) {
     const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in);
     const std::vector<float> W = test::lin::fast_uniform(s.out * s.in, 7 + s.in, 0.05f, true);
     std::vector<uint16_t> h(W.size());
-    for (size_t i = 0; i < W.size(); ++i) {
-      uint32_t u;
-      std::memcpy(&u, &W[i], 4);
-      h[i] = static_cast<uint16_t>(u >> 16);
-    }
+    for (size_t i = 0; i < W.size(); ++i) h[i] = f32_to_bf16(W[i]);  // bf16-valued: exact
     DevBuf<float> w32(W);
     DevBuf<uint16_t> w16(h);
     const std::vector<float> bias = randn(s.out, 11);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu-worker/backends/cuda/ops/linear.h"
+#include "shared/core/half.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "gpu-worker/backends/cuda/ops/swiglu.h"
 #include "shared/ops/swiglu.h"
@@ -344,11 +345,7 @@ void make_experts_f32(const Experts& x, bool bf16, ExpertsF32& out) {
     L.w_bf16 = bf16;
     if (bf16) {
       std::vector<uint16_t> h(w.size());
-      for (size_t k = 0; k < w.size(); ++k) {
-        uint32_t u;
-        std::memcpy(&u, &w[k], 4);
-        h[k] = static_cast<uint16_t>(u >> 16);
-      }
+      for (size_t k = 0; k < w.size(); ++k) h[k] = f32_to_bf16(w[k]);  // bf16-valued: exact
       out.w16.emplace_back(h);
       L.w = out.w16.back().get();
     } else {

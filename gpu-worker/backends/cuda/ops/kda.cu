@@ -323,7 +323,7 @@ void kda_prepare(float* qkv, int64_t ld_qkv, const float* r, int64_t ld_r, const
                  int64_t ld_beta_logits, int64_t rows, const float* dt_bias, const float* a_log,
                  std::optional<float> lower_bound, const KdaShape& shape, float* g, int64_t ld_g, float* beta,
                  int64_t ld_beta, cudaStream_t stream) {
-  check_token_shape(shape, "kda_prepare");
+  check_shape(shape, "kda_prepare", true);
   const int64_t Q = shape.width();
   require(
       rows >= 0 && ld_qkv >= 3 * Q && ld_r >= Q && ld_g >= Q && ld_beta_logits >= shape.heads && ld_beta >= shape.heads,
@@ -343,7 +343,7 @@ void kda_prepare(float* qkv, int64_t ld_qkv, const float* r, int64_t ld_r, const
 void kda_decode_step(float* state_pool, const int32_t* slots, const float* qkv, int64_t ld_qkv, const float* g,
                      int64_t ld_g, const float* beta, int64_t ld_beta, int64_t rows, const KdaShape& shape, float* o,
                      int64_t ld_o, cudaStream_t stream) {
-  check_token_shape(shape, "kda_decode_step");
+  check_shape(shape, "kda_decode_step", true);
   const int64_t Q = shape.width();
   require(rows >= 0 && rows <= 65535 && ld_qkv >= 3 * Q && ld_g >= Q && ld_o >= Q && ld_beta >= shape.heads,
           "kda_decode_step", "bad rows or row strides");

@@ -25,17 +25,12 @@ inline void require(bool ok, const char* fn, const std::string& what) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// The chunked prefill's head sizes (its key slices are 16 channels wide).
-inline void check_shape(const KdaShape& s, const char* fn) {
+// The chunked prefill's head sizes (its key slices are 16 channels wide); the per-token kernels
+// (prepare, decode step, gated norm) also run 8.
+inline void check_shape(const KdaShape& s, const char* fn, bool per_token = false) {
   require(s.heads > 0, fn, "heads must be positive");
-  require(kda_chunked_head_dim(s.head_dim), fn,
-          "head_dim " + std::to_string(s.head_dim) + " not supported (16, 32, 64 or 128)");
-}
-// The per-token kernels' (prepare, decode step, gated norm): 8 as well.
-inline void check_token_shape(const KdaShape& s, const char* fn) {
-  require(s.heads > 0, fn, "heads must be positive");
-  require(s.head_dim == 8 || kda_chunked_head_dim(s.head_dim), fn,
-          "head_dim " + std::to_string(s.head_dim) + " not supported (8, 16, 32, 64 or 128)");
+  require((per_token && s.head_dim == 8) || kda_chunked_head_dim(s.head_dim), fn,
+          "head_dim " + std::to_string(s.head_dim) + " not supported (" + (per_token ? "8, " : "") + "16, 32, 64 or 128)");
 }
 
 // Calls f(std::integral_constant<int, DL>{}) for the shape's head size (checked before).

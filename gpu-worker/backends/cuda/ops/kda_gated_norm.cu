@@ -46,7 +46,7 @@ __global__ __launch_bounds__(kNormWarps * 32) void gated_norm_kernel(const float
 
 void kda_gated_norm(const float* o, int64_t ld_o, const float* gate, int64_t ld_gate, const float* norm_w, int64_t rows,
                     const KdaShape& shape, float eps, float* y, int64_t ld_y, cudaStream_t stream) {
-  check_token_shape(shape, "kda_gated_norm");
+  check_shape(shape, "kda_gated_norm", true);
   const int64_t Q = shape.width();
   require(rows >= 0 && ld_o >= Q && ld_gate >= Q && ld_y >= Q, "kda_gated_norm", "bad rows or row strides");
   if (rows == 0) return;

@@ -11,6 +11,22 @@ namespace {
 
 constexpr int kAppendThreads = 128;
 
+// A cache entry from its fp32 value: fp16 round to nearest, or as it is.
+__device__ __forceinline__ void put(__half* dst, float v) { *dst = __float2half_rn(v); }
+__device__ __forceinline__ void put(float* dst, float v) { *dst = v; }
+
+// Row r's entries into one cache's arrays (all fp16 or all fp32); key null: no indexer.
+template <class T>
+__device__ __forceinline__ void append_row(T* lat_c, T* key_c, T* gate_c, int64_t row, int64_t Rkv, int64_t ID,
+                                           const float* latent, const float* key, const float* gate) {
+  for (int64_t c = threadIdx.x; c < Rkv; c += kAppendThreads) put(lat_c + row * Rkv + c, latent[c]);
+  if (!key_c) return;
+  for (int64_t c = threadIdx.x; c < ID; c += kAppendThreads) {
+    put(key_c + row * ID + c, key[c]);
+    put(gate_c + row * ID + c, gate[c]);
+  }
+}
+
 __global__ void __launch_bounds__(kAppendThreads)
     append_kernel(SparseCacheLayer cache, int64_t Rkv, int64_t ID, int kpool, SparseTables t, const int32_t* slots,
                   const int32_t* positions, const float* latent, int64_t ld_latent, const float* key,
@@ -19,22 +35,11 @@ __global__ void __launch_bounds__(kAppendThreads)
   const int64_t bt = static_cast<int64_t>(kPoolsPerBlock) * kpool;
   const int64_t s = positions[r];
   const int64_t row = static_cast<int64_t>(t.block_table[slots[r] * t.max_blocks_per_seq + s / bt]) * bt + s % bt;
-  if (cache.fp32()) {
-    for (int64_t c = threadIdx.x; c < Rkv; c += kAppendThreads) cache.latent32[row * Rkv + c] = latent[r * ld_latent + c];
-    if (!cache.key32) return;
-    for (int64_t c = threadIdx.x; c < ID; c += kAppendThreads) {
-      cache.key32[row * ID + c] = key[r * ld_index + c];
-      cache.gate32[row * ID + c] = gate[r * ld_index + c];
-    }
-    return;
-  }
-  for (int64_t c = threadIdx.x; c < Rkv; c += kAppendThreads)
-    cache.latent[row * Rkv + c] = __float2half_rn(latent[r * ld_latent + c]);
-  if (!cache.key) return;
-  for (int64_t c = threadIdx.x; c < ID; c += kAppendThreads) {
-    cache.key[row * ID + c] = __float2half_rn(key[r * ld_index + c]);
-    cache.gate[row * ID + c] = __float2half_rn(gate[r * ld_index + c]);
-  }
+  const float* lr = latent + r * ld_latent;
+  const float* kr = key ? key + r * ld_index : nullptr;
+  const float* gr = gate ? gate + r * ld_index : nullptr;
+  if (cache.fp32()) append_row(cache.latent32, cache.key32, cache.gate32, row, Rkv, ID, lr, kr, gr);
+  else append_row(cache.latent, cache.key, cache.gate, row, Rkv, ID, lr, kr, gr);
 }
 
 }  // namespace
