@@ -325,20 +325,22 @@ void GlmStreamParser::emit_name(GlmDelta& out) {
   out.tool_calls.push_back(std::move(d));
 }
 
-void GlmStreamParser::add_reasoning(std::string_view s, GlmDelta& out) {
+namespace {
+// Text of one kind: appended to its field and to the last event when that event is of its kind.
+void add_text(std::string_view s, GlmEvent::Kind kind, std::string& field, GlmDelta& out) {
   if (s.empty()) return;
-  out.reasoning_content += s;
-  if (out.events.empty() || out.events.back().kind != GlmEvent::Kind::Reasoning)
-    out.events.push_back({GlmEvent::Kind::Reasoning, "", {}});
+  field += s;
+  if (out.events.empty() || out.events.back().kind != kind) out.events.push_back({kind, "", {}});
   out.events.back().text += s;
+}
+}  // namespace
+
+void GlmStreamParser::add_reasoning(std::string_view s, GlmDelta& out) {
+  add_text(s, GlmEvent::Kind::Reasoning, out.reasoning_content, out);
 }
 
 void GlmStreamParser::add_content(std::string_view s, GlmDelta& out) {
-  if (s.empty()) return;
-  out.content += s;
-  if (out.events.empty() || out.events.back().kind != GlmEvent::Kind::Content)
-    out.events.push_back({GlmEvent::Kind::Content, "", {}});
-  out.events.back().text += s;
+  add_text(s, GlmEvent::Kind::Content, out.content, out);
 }
 
 void GlmStreamParser::emit_args(std::string_view frag, GlmDelta& out) {
