@@ -125,6 +125,27 @@ __device__ __forceinline__ int acc_col(int warp, int h, int lane, int i) {
   return 32 * warp + 16 * h + (lane >> 2) + 8 * (i >> 1);
 }
 
+// Split-K fold: v = Σ_{c < chunks} z[c·cstride + 0…3], added left to right in fp32 (the reduction
+// contract). The loads of 8 chunks are issued before their adds: the chain of dependent L2 reads
+// (~0.5 µs each) would otherwise cost the finishing CTA several µs at 16–32 chunks.
+__device__ __forceinline__ void fold_chunks(const float* z, int64_t cstride, int chunks, float (&v)[4]) {
+  constexpr int kBatch = 8;
+  float4 a = __ldcg(reinterpret_cast<const float4*>(z));
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  for (int c0 = 1; c0 < chunks; c0 += kBatch) {
+    float4 b[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (c0 + j < chunks) b[j] = __ldcg(reinterpret_cast<const float4*>(z + (c0 + j) * cstride));
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (c0 + j < chunks) {
+        v[0] = __fadd_rn(v[0], b[j].x), v[1] = __fadd_rn(v[1], b[j].y);
+        v[2] = __fadd_rn(v[2], b[j].z), v[3] = __fadd_rn(v[3], b[j].w);
+      }
+  }
+}
+
 // Output transform of one row of a 128-column block whose chunk-summed values the warp holds as
 // v[0..3] = columns 4·lane … 4·lane+3: Hadamard, ·svh, ·row_scale, + bias, then store the columns
 // below `valid` (or add them to dst with accumulate).

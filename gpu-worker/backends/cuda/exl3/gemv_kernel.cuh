@@ -93,15 +93,8 @@ __global__ void __launch_bounds__(kWarps * 32) exl3_gemv_kernel(const LinearArgs
       if (s_last) {
         __threadfence();
         for (int r = warp; r < nr; r += kWarps) {
-          const float* z = p.partials + (r0 + r) * p.out_p + 128 * blk + 4 * lane;
-          const int64_t cstride = p.rows * p.out_p;
-          float4 s = __ldcg(reinterpret_cast<const float4*>(z));
-          float v[4] = {s.x, s.y, s.z, s.w};
-          for (int cc = 1; cc < p.chunks; ++cc) {
-            s = __ldcg(reinterpret_cast<const float4*>(z + cc * cstride));
-            v[0] = __fadd_rn(v[0], s.x), v[1] = __fadd_rn(v[1], s.y);
-            v[2] = __fadd_rn(v[2], s.z), v[3] = __fadd_rn(v[3], s.w);
-          }
+          float v[4];
+          fold_chunks(p.partials + (r0 + r) * p.out_p + 128 * blk + 4 * lane, p.rows * p.out_p, p.chunks, v);
           const int64_t col0 = 128 * static_cast<int64_t>(blk);
           finish_row(v, lane, p.svh + col0, p.bias ? p.bias + col0 : nullptr, p.row_scale[r0 + r],
                      p.y + (r0 + r) * p.ld_y + col0, static_cast<int>(p.out - col0 < 128 ? p.out - col0 : 128),

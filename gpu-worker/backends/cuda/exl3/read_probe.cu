@@ -52,7 +52,7 @@ __global__ void spin_kernel(long long cycles, unsigned long long* out) {
 
 }  // namespace
 
-double exl3_read_gbs(const void* p, size_t bytes, int reps) {
+double exl3_read_gbs(const void* p, size_t bytes, int reps, int ctas_per_sm) {
   const size_t piece = 32 * kChunksPerLane * 16;
   const size_t n = bytes / piece;
   unsigned* out = nullptr;
@@ -60,7 +60,7 @@ double exl3_read_gbs(const void* p, size_t bytes, int reps) {
   cudaEvent_t a, b;
   FT_CUDA_CHECK(cudaEventCreate(&a));
   FT_CUDA_CHECK(cudaEventCreate(&b));
-  const int grid = 8 * exl3dev::sm_count();
+  const int grid = std::max(1, ctas_per_sm) * exl3dev::sm_count();
   double best = 0;
   for (int it = 0; it <= reps; ++it) {
     FT_CUDA_CHECK(cudaEventRecord(a));

@@ -8,8 +8,9 @@
 namespace ft::cuda {
 
 // GB/s (1e9 bytes) reading `bytes` bytes at device-visible address `p` (device memory or the
-// device alias of mapped host memory), best of `reps` passes after one warm-up.
-double exl3_read_gbs(const void* p, size_t bytes, int reps = 5);
+// device alias of mapped host memory), best of `reps` passes after one warm-up, with
+// `ctas_per_sm` CTAs of 4 warps per SM (each warp keeps 8 KB in flight).
+double exl3_read_gbs(const void* p, size_t bytes, int reps = 5, int ctas_per_sm = 8);
 
 // SM clock in MHz while a busy kernel runs (clock64 cycles over event time).
 double exl3_sm_clock_mhz();
