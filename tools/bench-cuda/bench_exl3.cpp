@@ -312,8 +312,8 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, double* pcie_out) 
   for (int e = 0; e < E; ++e) fill_block(host + e * h.block_bytes, h, 100 + e);
   void* mapped = exl3_map_host_experts(host, bytes);
   *pcie_out = exl3_read_gbs(mapped, bytes, o.quick ? 2 : 4);
-  // With the grouped kernel's residency (2 CTAs per SM at its register count) too: is 64 KB in
-  // flight per SM enough for PCIe? (It is: the zero-copy shortfall is the kernel's access pattern.)
+  // Also at the grouped kernel's residency (2 CTAs per SM at its register count): tells whether
+  // its in-flight depth or its access pattern is what keeps it below this rate.
   std::printf("PCIe read of mapped host memory: %.1f GB/s at 8 CTAs per SM, %.1f GB/s at 2\n", *pcie_out,
               exl3_read_gbs(mapped, bytes, o.quick ? 2 : 4, 2));
   auto* vram = dev_alloc<unsigned char>(bytes);
