@@ -20,6 +20,7 @@
 #include "cpu-expert-worker/grpc_service.h"
 #include "cpu-expert-worker/log.h"
 #include "cpu-expert-worker/options.h"
+#include "cpu-expert-worker/ring_tier.h"
 #include "cpu-expert-worker/segment_builder.h"
 #include "shared/core/error.h"
 #include "shared/exl3/thread_pool.h"
@@ -141,23 +142,23 @@ int run(const WorkerOptions& o, StopSignal& stop) {
     log_line(line);
   }
 
-  SegmentExperts engine(seg.segment, static_cast<float>(cfg.swiglu_limit), threads);
-  std::unique_ptr<ipc::RingServer> ring;
-  if (o.ring != "none") {
-    ipc::RingConfig rc;
-    rc.channels = o.ring_channels;
-    rc.max_tokens = o.ring_max_tokens;
-    rc.max_slots = std::max<uint32_t>(16, static_cast<uint32_t>(cfg.num_experts_per_tok));
-    ipc::RingServerOptions ro;
-    ro.spin = std::chrono::microseconds(o.spin_us);
-    ring = std::make_unique<ipc::RingServer>(o.ring, rc, engine.info(),
-                                             [&engine](const ipc::ExpertBatch& b, float* out) { engine.compute(b, out); },
-                                             ro);
+  ipc::RingConfig rc;
+  rc.channels = o.ring_channels;
+  rc.max_tokens = o.ring_max_tokens;
+  rc.max_slots = std::max<uint32_t>(16, static_cast<uint32_t>(cfg.num_experts_per_tok));
+  ipc::RingServerOptions ro;
+  ro.spin = std::chrono::microseconds(o.spin_us);
+  RingTier tier(seg.segment, static_cast<float>(cfg.swiglu_limit), threads, o.ring, rc, ro);
+  SegmentExperts& engine = tier.engine();
+  {
+    char pf[96];
+    std::snprintf(pf, sizeof pf, "segment pages mapped for the CPU kernels in %.2f s", tier.prefault_seconds());
+    log_line(pf);
   }
   st.engine = &engine;
   log_line("ready: " + std::to_string(h.n_moe_layers) + " MoE layers x " + std::to_string(h.n_experts) +
            " experts, " + std::to_string(engine.threads()) + " threads (" + engine.kernels() + ")" +
-           (ring ? ", ring " + o.ring : std::string()) + (server ? ", gRPC port " + std::to_string(port) : std::string()));
+           (tier.has_ring() ? ", ring " + o.ring : std::string()) + (server ? ", gRPC port " + std::to_string(port) : std::string()));
   if (!o.ready_file.empty()) {
     nlohmann::json j;
     j["pid"] = getpid();
@@ -177,12 +178,12 @@ int run(const WorkerOptions& o, StopSignal& stop) {
   log_line(std::string("signal ") + std::to_string(stop.signal) + ": stopping");
   st.stopping = true;
   st.engine = nullptr;
-  if (ring) ring->stop();
+  tier.stop();
   if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // A clean stop leaves no ring behind (clients that still map it see the server gone and
   // re-open by name); the segment stays on purpose: the next start re-attaches to it.
-  if (ring) {
-    ring.reset();
+  if (tier.has_ring()) {
+    tier.close_ring();
     ipc::RingServer::remove(o.ring);
   }
   log_line("stopped; ring " + (o.ring == "none" ? std::string("none") : o.ring + " removed") + "; segment " + o.segment +

@@ -72,9 +72,10 @@ void WorkerCore::load() {
     ec.precision = opts_.precision;
     ec.expert_cache_bytes = static_cast<uint64_t>(opts_.expert_cache_gb * 1073741824.0);
     ec.admit_per_step = opts_.admit_per_step;
-    if (backend == "cuda" && experts_ && opts_.tier_mode != "cpu") {
-      // The GPU reads the experts itself from the tier's segment: wait for the tier (it may still
-      // be building its segment) up to --tier-wait-s, else route every MoE layer through it.
+    if (backend == "cuda" && experts_) {
+      // The GPU reads the experts itself from the tier's segment (its VRAM cache, zero-copy
+      // misses, and in fast/cpu mode the CPU tier's share): wait for the tier (it may still be
+      // building its segment) up to --tier-wait-s, else route every MoE layer through it.
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(opts_.tier_wait_s);
       while (!experts_->healthy() && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(500));

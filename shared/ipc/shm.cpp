@@ -1,12 +1,18 @@
 #include "shared/ipc/shm.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "shared/core/error.h"
 
@@ -81,6 +87,32 @@ bool ShmMapping::exists(const std::string& name) {
   check_name(name);
   struct stat st;
   return stat(("/dev/shm/" + name).c_str(), &st) == 0;
+}
+
+double prefault_read(const uint8_t* p, uint64_t bytes, int threads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  if (!p || bytes == 0) return 0;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uint64_t len = (reinterpret_cast<uintptr_t>(p) + bytes - a + page - 1) / page * page;
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+  if (madvise(reinterpret_cast<void*>(a), len, MADV_POPULATE_READ) == 0) return seconds();
+  // Older kernels: read one byte of every page, the range split across threads.
+  const int T = std::max(1, threads);
+  const uint64_t pages = len / page, per = (pages + T - 1) / T;
+  std::vector<std::thread> th;
+  for (int t = 0; t < T; ++t)
+    th.emplace_back([=] {
+      uint8_t sink = 0;
+      for (uint64_t i = t * per; i < std::min(pages, (t + 1) * per); ++i)
+        sink ^= *reinterpret_cast<const volatile uint8_t*>(a + i * page);
+      asm volatile("" : : "r"(sink));
+    });
+  for (std::thread& x : th) x.join();
+  return seconds();
 }
 
 }  // namespace ft::ipc

@@ -13,6 +13,7 @@
 #include "gpu-worker/tiers/expert_cache.h"
 #include "gpu-worker/tiers/routing_trace.h"
 #include "gpu-worker/tiers/split_model.h"
+#include "gpu-worker/tiers/split_rates.h"
 #include "gpu-worker/tiers/synthetic_segment.h"
 #include "shared/exl3/expert_block.h"
 #include "shared/exl3/expert_forward.h"
@@ -136,6 +137,46 @@ TEST(SplitModel, ModesAndTheFastestSplit) {
   EXPECT_TRUE(split_misses(r, TierMode::Fast, m, 10).cpu.empty());
   EXPECT_THROW(parse_tier_mode("fastest"), Error);
   EXPECT_EQ(parse_tier_mode("exact"), TierMode::Exact);
+}
+
+// The running rates follow what layers really take, from wrong start-up values, and one
+// outlier (a stalled call) moves a rate by a bounded step, not to the outlier.
+TEST(SplitRates, FollowObservedLayersAndBoundOutliers) {
+  TierRates start;
+  start.cpu_expert = 200, start.cpu_row = 40, start.handoff = 30;
+  start.zc_expert = 100, start.zc_row = 2, start.hit_expert = 10;
+  SplitRates fit(start, 0.1);
+  const double cpu = 350, hit = 25, zc = 300;
+  for (int i = 0; i < 200; ++i) {
+    const int experts = 1 + i % 6, z = 1 + (i / 3) % 5;
+    fit.observe_cpu(experts, 0, start.handoff + cpu * experts);
+    fit.observe_gpu(1, z, 0, hit + zc * z);
+    fit.observe_gpu(2, 0, 0, 2 * hit);
+  }
+  const TierRates& r = fit.rates();
+  EXPECT_NEAR(r.cpu_expert, cpu, 1.0);
+  EXPECT_NEAR(r.hit_expert, hit, 1.0);
+  EXPECT_NEAR(r.zc_expert, zc, 2.0);
+  EXPECT_DOUBLE_EQ(r.handoff, start.handoff);
+  EXPECT_NEAR(r.cpu_row / r.cpu_expert, start.cpu_row / start.cpu_expert, 1e-12);  // the per-row ratio stays
+  EXPECT_EQ(fit.observations(), 600u);
+  // A 1000× stall: at most a factor 4 for that sample, i.e. 1 + 0.1·3 = 1.3× the rate.
+  const double before = fit.rates().cpu_expert;
+  fit.observe_cpu(1, 0, 1000 * cpu);
+  EXPECT_LE(fit.rates().cpu_expert, 1.3 * before + 1e-9);
+  EXPECT_GT(fit.rates().cpu_expert, before);
+  // Frozen rates ignore what they see; nonsense timings are ignored too.
+  SplitRates frozen(start);
+  frozen.freeze(true);
+  frozen.observe_cpu(3, 0, 1e6);
+  frozen.observe_gpu(1, 1, 0, 1e6);
+  EXPECT_DOUBLE_EQ(frozen.rates().cpu_expert, start.cpu_expert);
+  EXPECT_DOUBLE_EQ(frozen.rates().zc_expert, start.zc_expert);
+  SplitRates sane(start);
+  sane.observe_cpu(0, 0, 50);
+  sane.observe_gpu(0, 0, 0, 50);
+  sane.observe_cpu(2, 0, -1);
+  EXPECT_EQ(sane.observations(), 0u);
 }
 
 TEST(RoutingTrace, SkewLocalityAndTheFileFormat) {

@@ -15,10 +15,15 @@
 //      each with the hit rate it achieved, the bytes it read from HBM and over PCIe, the roofline
 //      from the measured bandwidths and the ratio to it.
 //
-// Decode roofline (exact mode): a step's HBM bytes / HBM bandwidth + its miss bytes / zero-copy
-// bandwidth (a layer's misses cannot start before its attention, nor the next layer before them).
-// The fast-mode column projects the same step with the misses split between the CPU tier and
-// zero-copy at their measured combined rate (a projection: the split is not in this build).
+// Modes (--modes): exact (VRAM cache + zero-copy), fast (the misses split between zero-copy and
+// the exact CPU tier by the engine's calibrated cost model) and cpu (the CPU tier computes every
+// miss); the CPU tier is the cpu-expert-worker's kernels on the same segment behind the real shm
+// ring, run in this process on --cpu-threads threads.
+//
+// Decode roofline: a step's HBM bytes / HBM bandwidth + its miss bytes at the mode's rate —
+// zero-copy read (exact), the CPU kernel's rate (cpu), or both at once, capped by the combined
+// host read (fast) — since a layer's misses cannot start before its attention, nor the next
+// layer before them.
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -28,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -35,15 +41,18 @@
 #include <vector>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "cpu-expert-worker/ring_tier.h"
 #include "gpu-worker/backends/cuda/engine/cuda_engine.h"
 #include "gpu-worker/backends/cuda/engine/expert_tier.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/synthetic_model.h"
+#include "gpu-worker/experts/remote_experts.h"
 #include "gpu-worker/tiers/routing_trace.h"
 #include "gpu-worker/tiers/synthetic_segment.h"
 #include "shared/exl3/expert_forward.h"
 #include "shared/exl3/thread_pool.h"
 #include "shared/ipc/expert_segment.h"
+#include "shared/ipc/shm.h"
 #include "tools/bench-cuda/bench_util.h"
 #include "tools/bench-cuda/hbm_probe.h"
 
@@ -146,8 +155,9 @@ class RouteSource {
 };
 
 struct Row {
-  std::string what;
-  double ms = 0, tok_s = 0, hit = 0, hbm_gb = 0, pcie_gb = 0, bound_ms = 0, fast_bound_ms = 0;
+  std::string what, mode;
+  double ms = 0, tok_s = 0, hit = 0, hbm_gb = 0, pcie_gb = 0, bound_ms = 0;
+  std::string split;  // fast/cpu: per split layer, experts on the CPU tier / zero-copy / VRAM hits
 };
 
 struct Setup {
@@ -162,15 +172,43 @@ struct Setup {
   Bandwidths bw;
   int steps = 32, warm = 128;
   int64_t chunk = 8192;  // tokens per prefill step (the engine's max_tokens_per_step)
+  std::string mode = "exact";
+  ExpertBackend* cpu_tier = nullptr;  // fast / cpu modes: the CPU tier over the ring
 };
 
 void print_rows(const std::vector<Row>& rows) {
-  std::printf("\n| run | ms | tok/s | hit rate | HBM GB | PCIe GB | exact bound ms | of bound | fast bound ms (projection) |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| run | mode | ms | tok/s | hit rate | HBM GB | miss GB | bound ms | of bound | split per layer: CPU / zero-copy / hits |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)
-    std::printf("| %s | %.2f | %.1f | %.1f%% | %.2f | %.2f | %.2f | %.1f%% | %.2f |\n", r.what.c_str(), r.ms, r.tok_s,
-                100 * r.hit, r.hbm_gb, r.pcie_gb, r.bound_ms, 100 * r.bound_ms / std::max(r.ms, 1e-9), r.fast_bound_ms);
+    std::printf("| %s | %s | %.2f | %.1f | %.1f%% | %.2f | %.2f | %.2f | %.1f%% | %s |\n", r.what.c_str(), r.mode.c_str(),
+                r.ms, r.tok_s, 100 * r.hit, r.hbm_gb, r.pcie_gb, r.bound_ms, 100 * r.bound_ms / std::max(r.ms, 1e-9),
+                r.split.empty() ? "-" : r.split.c_str());
   std::fflush(stdout);
+}
+
+uint64_t counter(const CudaEngine& e, const std::string& name) {
+  for (const auto& [n, v] : e.stats().counters)
+    if (n == name) return v;
+  return 0;
+}
+
+// Split counters between two stats snapshots, per split layer.
+std::string split_summary(const CudaEngine& e, const std::vector<std::pair<std::string, uint64_t>>& before) {
+  auto was = [&](const std::string& n) {
+    for (const auto& [k, v] : before)
+      if (k == n) return v;
+    return uint64_t{0};
+  };
+  const double layers = static_cast<double>(counter(e, "tier_split_layers") - was("tier_split_layers"));
+  if (layers <= 0) return "";
+  auto per = [&](const std::string& n) { return (counter(e, n) - was(n)) / layers; };
+  char b[320];
+  std::snprintf(b, sizeof b,
+                "%.2f / %.2f / %.2f (CPU %.0f µs, GPU %.0f µs, model %.0f µs; rates CPU %.0f + %.0f µs, zero-copy %.0f µs)",
+                per("tier_cpu_experts"), per("tier_zero_copy_experts"), per("tier_hit_experts"), per("tier_cpu_us"),
+                per("tier_gpu_us"), per("tier_predicted_us"), counter(e, "tier_rate_cpu_expert_ns") / 1e3,
+                counter(e, "tier_rate_handoff_ns") / 1e3, counter(e, "tier_rate_zero_copy_expert_ns") / 1e3);
+  return b;
 }
 
 // One engine (max_seqs sequences of up to `context` tokens): decode rows for `batches` at
@@ -185,12 +223,12 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
   o.context_size = context;
   o.precision = "fp16";  // the tensor-core path (the product's, for EXL3 checkpoints)
   o.expert_segment = S.segment;
-  o.tier_mode = "exact";
+  o.tier_mode = S.mode;
   o.expert_cache_bytes = S.expert_cache;
   o.admit_per_step = S.admit;
   o.forced_routes = true;
   const auto t0 = clk::now();
-  CudaEngine eng(S.model->weights, nullptr, o);
+  CudaEngine eng(S.model->weights, S.mode == "exact" ? nullptr : S.cpu_tier, o);
   GpuExpertTier* tier = eng.expert_tier();
   if (!tier) throw Error("the engine did not attach the expert segment " + S.segment);
   const ExpertTierStats st0 = tier->stats();
@@ -223,7 +261,11 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
   int64_t n_sparse = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) n_sparse += c.is_sparse(l);
   const double blk = static_cast<double>(S.block_bytes);
-  const double host_rate = std::max(S.bw.both_cpu + S.bw.both_gpu, S.bw.zero_copy);
+  // The rate misses are served at, by mode: zero-copy alone; the CPU tier's exact kernel alone;
+  // both at once (each at its own rate, together no faster than the combined host read).
+  const double miss_rate = S.mode == "exact" ? S.bw.zero_copy
+                           : S.mode == "cpu" ? S.bw.cpu_expert_gbs
+                                             : std::min(S.bw.both_cpu + S.bw.both_gpu, S.bw.cpu_expert_gbs + S.bw.zero_copy);
 
   auto prefill_seq = [&](uint64_t s, int stream, int64_t n, double* ms_out) {
     std::vector<int32_t> p = tokens(n);
@@ -264,8 +306,9 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     std::vector<StepResult> r;
     std::vector<double> ms;
     ExpertTierStats before{};
+    std::vector<std::pair<std::string, uint64_t>> counters_before;
     for (int st = 0; st < S.warm + S.steps; ++st) {
-      if (st == S.warm) before = tier->stats();
+      if (st == S.warm) before = tier->stats(), counters_before = eng.stats().counters;
       for (int64_t b = 0; b < B; ++b) {
         items[b].seq = seqs[b];
         items[b].tokens = std::span<const int32_t>(&next[b], 1);
@@ -283,6 +326,8 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     const double misses = static_cast<double>(after.cache.misses - before.cache.misses);
     Row row;
     row.what = "decode C" + std::to_string(B) + " @" + std::to_string(ctx / 1024) + "k";
+    row.mode = S.mode;
+    row.split = split_summary(eng, counters_before);
     row.ms = median(ms);
     row.tok_s = B * 1e3 / row.ms;
     row.hit = hits / std::max(hits + misses, 1.0);
@@ -291,8 +336,7 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
                   hits / S.steps * blk) / 1e9;
     row.pcie_gb = misses / S.steps * blk / 1e9;
     const double hbm_ms = row.hbm_gb / S.bw.hbm * 1e3;
-    row.bound_ms = hbm_ms + row.pcie_gb / S.bw.zero_copy * 1e3;
-    row.fast_bound_ms = hbm_ms + row.pcie_gb / host_rate * 1e3;
+    row.bound_ms = hbm_ms + row.pcie_gb / miss_rate * 1e3;
     rows.push_back(row);
     print_rows({row});
     for (uint64_t s : seqs) eng.close(s);
@@ -311,6 +355,7 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     const double misses = static_cast<double>(after.cache.misses - before.cache.misses);
     Row row;
     row.what = "prefill " + std::to_string(P / 1024) + "k";
+    row.mode = S.mode;
     row.ms = ms;
     row.tok_s = P * 1e3 / ms;
     row.hit = hits / std::max(hits + misses, 1.0);
@@ -319,7 +364,6 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     // Prefill's bound here is the PCIe side only (each chunk's missing experts read once); the
     // compute side is not modelled, so "of bound" overstates how far from the machine it is.
     row.bound_ms = row.pcie_gb / S.bw.zero_copy * 1e3;
-    row.fast_bound_ms = row.pcie_gb / std::max(S.bw.h2d, host_rate) * 1e3;
     rows.push_back(row);
     print_rows({row});
   }
@@ -336,6 +380,7 @@ int main(int argc, char** argv) {
   S.trace.zipf_s = 0.8;
   S.trace.locality = 0.3;
   std::string segment = "flashtier-bench-tiers";
+  std::vector<std::string> modes = {"fast", "exact"};
   bool keep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -360,13 +405,18 @@ int main(int argc, char** argv) {
     else if (a == "--cpu-threads") cpu_threads = std::stoi(next());
     else if (a == "--segment") segment = next();
     else if (a == "--keep-segment") keep = true;
+    else if (a == "--modes") {
+      modes.clear();
+      std::stringstream ss(next());
+      for (std::string m; std::getline(ss, m, ',');) modes.push_back(m);
+    }
     else {
       std::fprintf(stderr,
                    "usage: flashtier-bench-tiers [--vram-budget-gb 24] [--pool-gb G] [--expert-cache-gb G] [--layers 45]\n"
                    "         [--experts 288] [--k 3] [--context 1024] [--long-context 32768 (0: skip)] [--batches 1,2,4,8]\n"
                    "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 16] [--zipf 0.8]\n"
                    "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--segment NAME] [--keep-segment]\n"
-                   "         [--chunk 8192 (prefill tokens per step)]\n");
+                   "         [--chunk 8192 (prefill tokens per step)] [--modes fast,exact (any of fast, exact, cpu)]\n");
       return 2;
     }
   }
@@ -402,6 +452,8 @@ int main(int argc, char** argv) {
       if (!seg) throw Error("cannot attach the segment just built");
       const uint8_t* data = seg->data() + seg->header().data_offset;
       const uint64_t pool = si.distinct_blocks * si.block_bytes;
+      // As the CPU tier does (cew::RingTier): the CPU figures below then carry no first-touch faults.
+      std::printf("segment pages mapped in %.2f s\n", ipc::prefault_read(seg->data(), seg->size(), cpu_threads));
       S.bw.hbm = bench::hbm_read_gbs();
       const uint64_t probe = std::min<uint64_t>(pool / 2 / 4096 * 4096, uint64_t{16} << 30);
       void* dev = nullptr;
@@ -457,23 +509,54 @@ int main(int argc, char** argv) {
                                         std::to_string(S.trace.locality)).c_str()
                                      : ("replay of " + S.trace_file).c_str());
 
+    // ---- the CPU tier for fast / cpu modes: the exact kernels on the segment behind the real
+    // ring, in this process, and the gpu-worker's client for it.
+    std::optional<ipc::ExpertSegment> tier_seg;
+    std::unique_ptr<cew::RingTier> cpu_tier;
+    std::unique_ptr<RemoteExperts> remote;
+    const std::string ring = segment + "-ring";
+    if (std::any_of(modes.begin(), modes.end(), [](const std::string& m) { return m != "exact"; })) {
+      tier_seg = ipc::ExpertSegment::attach(segment, "", nullptr);
+      if (!tier_seg) throw Error("cannot attach the segment for the CPU tier");
+      ipc::RingConfig rc;
+      rc.max_slots = std::max<uint32_t>(16, static_cast<uint32_t>(c.num_experts_per_tok));
+      cpu_tier = std::make_unique<cew::RingTier>(*tier_seg, static_cast<float>(c.swiglu_limit), cpu_threads, ring, rc);
+      remote = RemoteExperts::create("shm:" + ring, RemoteExpertsOptions::for_model(c));
+      std::printf("CPU tier: %d threads (%s) on ring %s\n", cpu_threads, cpu_tier->engine().kernels().c_str(),
+                  ring.c_str());
+    }
+    S.cpu_tier = remote.get();
+
     std::vector<Row> rows;
     const int max_b = static_cast<int>(*std::max_element(batches.begin(), batches.end()));
     std::vector<int64_t> short_prefills, long_prefills;
     for (int64_t p : prefills) (p <= 8192 ? short_prefills : long_prefills).push_back(p);
     std::printf("prefill chunk %lld tokens per step\n", static_cast<long long>(S.chunk));
-    run_engine(S, max_b, std::max<int64_t>(context + S.steps + S.warm + 64,
-                                           short_prefills.empty() ? 0 : *std::max_element(short_prefills.begin(),
-                                                                                          short_prefills.end()) + 64),
-               context, batches, short_prefills, rows);
-    if (long_context > 0 || !long_prefills.empty()) {
-      int64_t ctx = std::max<int64_t>(long_context, long_prefills.empty() ? 0 : *std::max_element(long_prefills.begin(),
-                                                                                                   long_prefills.end()));
-      run_engine(S, 1, ctx + S.steps + S.warm + 64, long_context,
-                 long_context > 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{}, long_prefills, rows);
+    for (size_t mi = 0; mi < modes.size(); ++mi) {
+      S.mode = modes[mi];
+      tiers::parse_tier_mode(S.mode);
+      // Prefill chunks run exact in every mode (staging), so only the first mode measures them.
+      const bool first = mi == 0;
+      std::printf("\n## mode %s\n", S.mode.c_str());
+      run_engine(S, max_b, std::max<int64_t>(context + S.steps + S.warm + 64,
+                                             short_prefills.empty() ? 0 : *std::max_element(short_prefills.begin(),
+                                                                                            short_prefills.end()) + 64),
+                 context, batches, first ? short_prefills : std::vector<int64_t>{}, rows);
+      if (long_context > 0 || (first && !long_prefills.empty())) {
+        const int64_t ctx = std::max<int64_t>(
+            long_context, !first || long_prefills.empty() ? 0 : *std::max_element(long_prefills.begin(), long_prefills.end()));
+        run_engine(S, 1, ctx + S.steps + S.warm + 64, long_context,
+                   long_context > 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{},
+                   first ? long_prefills : std::vector<int64_t>{}, rows);
+      }
     }
-    std::printf("\n### Summary (--vram-budget-gb %.0f, exact mode: VRAM cache + zero-copy)\n", budget_gb);
+    std::printf("\n### Summary (--vram-budget-gb %.0f; bound: HBM bytes at the HBM rate + miss bytes at the mode's rate: "
+                "exact zero-copy, cpu the CPU kernel's, fast both at once; prefill: PCIe only)\n",
+                budget_gb);
     print_rows(rows);
+    remote.reset();
+    cpu_tier.reset();
+    ipc::RingServer::remove(ring);
     if (!keep) ipc::ShmMapping::remove(segment);
   } catch (const std::exception& e) {
     if (!keep) ipc::ShmMapping::remove(segment);

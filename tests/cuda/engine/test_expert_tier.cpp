@@ -1,12 +1,21 @@
 // The expert tiers' GPU side on the EXL3 fixture: the routed experts read zero-copy from a real
 // cpu-expert-worker segment (built by its own builder), with and without a VRAM cache, give
 // logits bit-identical to the same experts resident in VRAM — the kernel reads the same bytes
-// wherever they live — and the cache admits, hits and keeps its table consistent.
+// wherever they live — and the cache admits, hits and keeps its table consistent. With the CPU
+// tier (the real kernels behind the real ring, in-process), misses split between it and the GPU
+// keep the fixed summation order, and the tier dying costs no request.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <thread>
+
 #include "cpu-expert-worker/fingerprint.h"
+#include "cpu-expert-worker/ring_tier.h"
 #include "cpu-expert-worker/segment_builder.h"
 #include "gpu-worker/backends/cuda/engine/cuda_engine.h"
+#include "gpu-worker/experts/remote_experts.h"
 #include "shared/ipc/shm.h"
 #include "shared/model/safetensors.h"
 #include "shared/model/tensor_convert.h"
@@ -191,6 +200,150 @@ TEST_F(ExpertTierTest, DecodeFromGraphsWithTheTier) {
   };
   EXPECT_EQ(tokens(e), tokens(resident));
   EXPECT_GT(e.graph_steps(), 0u);
+}
+
+
+// The exact CPU tier on the test's segment, answering ring `ring` (as a cpu-expert-worker would).
+struct CpuTier {
+  CpuTier(const std::string& segment, const std::string& ring, const ModelConfig& c) {
+    std::string why;
+    seg = ipc::ExpertSegment::attach(segment, "", &why);
+    if (!seg) throw Error("segment " + segment + ": " + why);
+    ipc::RingConfig rc;
+    rc.max_slots = std::max<uint32_t>(16, static_cast<uint32_t>(c.num_experts_per_tok));
+    tier.emplace(*seg, static_cast<float>(c.swiglu_limit), 4, ring, rc);
+  }
+  std::optional<ipc::ExpertSegment> seg;
+  std::optional<cew::RingTier> tier;
+};
+
+int32_t argmax(const float* v, int64_t n) {
+  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+}
+
+// Rows whose greedy token differs, and rel L2 over everything.
+std::pair<int, double> compare(const std::vector<float>& want, const std::vector<float>& got, int64_t V) {
+  int differ = 0;
+  double num = 0, den = 0;
+  for (size_t r = 0; r + V <= want.size(); r += static_cast<size_t>(V))
+    differ += argmax(want.data() + r, V) != argmax(got.data() + r, V);
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = double(want[i]) - got[i];
+    num += d * d;
+    den += double(want[i]) * want[i];
+  }
+  return {differ, std::sqrt(num / std::max(den, 1e-30))};
+}
+
+class TierSplitTest : public ExpertTierTest {
+ protected:
+  void SetUp() override {
+    ExpertTierTest::SetUp();
+    if (IsSkipped()) return;
+    ring_ = "ft-split-test-" + std::to_string(getpid());
+    cfg_ = load_config(model_dir());
+  }
+  void TearDown() override {
+    if (!ring_.empty()) ipc::RingServer::remove(ring_);
+    ExpertTierTest::TearDown();
+  }
+  // Frozen rates (no calibration), so the split is the same every run.
+  CudaEngineOptions split_opts(const std::string& mode, double cpu_us, double zc_us) const {
+    CudaEngineOptions o = opts();
+    o.expert_segment = seg_name_;
+    o.tier_mode = mode;
+    o.expert_cache_bytes = 1 << 20;  // a few slots: hits, misses on both sides
+    o.admit_per_step = 4;
+    o.calibrate_split = false;
+    o.freeze_split_rates = true;
+    o.split_rates.cpu_expert = cpu_us;
+    o.split_rates.zc_expert = zc_us;
+    o.split_rates.hit_expert = 1;
+    return o;
+  }
+  // The GPU-only logits (experts resident in VRAM) the split runs are compared with.
+  static std::vector<float> resident_trace(int steps) {
+    LoadOptions local;
+    local.keep_quantized = true;
+    CudaEngine resident(load_model(model_dir(), local), nullptr, opts());
+    return trace(resident, steps);
+  }
+  static ModelWeights without_experts() {
+    LoadOptions remote;
+    remote.keep_quantized = true;
+    remote.routed_experts = false;
+    return load_model(model_dir(), remote);
+  }
+  std::string ring_;
+  ModelConfig cfg_;
+};
+
+TEST_F(TierSplitTest, MissesSplitWithTheCpuTierKeepTheFixedSumOrder) {
+  const auto want = resident_trace(12);
+  const ModelWeights without = without_experts();
+  CpuTier tier(seg_name_, ring_, cfg_);
+  auto remote = RemoteExperts::create("shm:" + ring_, RemoteExpertsOptions::for_model(cfg_));
+  const int64_t V = cfg_.vocab_size;
+
+  // A CPU tier far dearer than zero-copy gets nothing: the split path's own order (shared expert
+  // first, then the routed sum added) gives the GPU-only bits.
+  {
+    CudaEngine e(without, remote.get(), split_opts("fast", 1e9, 100));
+    const auto got = trace(e, 12);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u);
+    EXPECT_GT(counter(e, "tier_split_layers"), 0u);
+    EXPECT_EQ(counter(e, "tier_cpu_experts"), 0u);
+    EXPECT_GT(counter(e, "tier_zero_copy_experts"), 0u);
+  }
+  // Every miss on the CPU tier (cpu mode), and a mixed split (equal rates): the same greedy
+  // tokens, logits within the CPU kernel's rounding (fp32 activations there, fp16 on the GPU).
+  for (const auto& [mode, cpu_us] : {std::pair<std::string, double>{"cpu", 100}, {"fast", 100}}) {
+    CudaEngine e(without, remote.get(), split_opts(mode, cpu_us, 100));
+    const auto got = trace(e, 12);
+    ASSERT_EQ(got.size(), want.size());
+    const auto [differ, rel] = compare(want, got, V);
+    std::printf("[ tier split ] %s: %llu CPU-tier experts, %llu zero-copy, %llu hits; rel L2 vs GPU-only %.3g\n",
+                mode.c_str(), static_cast<unsigned long long>(counter(e, "tier_cpu_experts")),
+                static_cast<unsigned long long>(counter(e, "tier_zero_copy_experts")),
+                static_cast<unsigned long long>(counter(e, "tier_hit_experts")), rel);
+    EXPECT_EQ(differ, 0) << mode;
+    EXPECT_LE(rel, 1e-2) << mode;
+    EXPECT_GT(counter(e, "tier_cpu_experts"), 0u) << mode;
+    if (mode == "cpu") EXPECT_EQ(counter(e, "tier_zero_copy_experts"), 0u);
+    else EXPECT_GT(counter(e, "tier_zero_copy_experts"), 0u);
+    EXPECT_EQ(counter(e, "tier_cpu_failures"), 0u);
+  }
+}
+
+// The CPU tier stops answering between steps: the first layer that sent it work reads those
+// experts zero-copy, the engine runs exact from there (every logit the GPU-only bits), and once
+// a tier answers the ring again the split resumes.
+TEST_F(TierSplitTest, CpuTierDeathCostsNoRequestAndTheSplitResumes) {
+  const auto want = resident_trace(12);
+  auto tier = std::make_unique<CpuTier>(seg_name_, ring_, cfg_);
+  RemoteExpertsOptions ro = RemoteExpertsOptions::for_model(cfg_);
+  ro.retry_every = std::chrono::milliseconds(50);
+  auto remote = RemoteExperts::create("shm:" + ring_, ro);
+  CudaEngine e(without_experts(), remote.get(), split_opts("cpu", 100, 100));
+  (void)trace(e, 2);
+  const uint64_t before = counter(e, "tier_cpu_experts");
+  EXPECT_GT(before, 0u);
+
+  tier->tier->stop();
+  const auto got = trace(e, 12);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u);
+  EXPECT_EQ(counter(e, "tier_cpu_failures"), 1u);
+  EXPECT_EQ(counter(e, "tier_cpu_up"), 0u);
+
+  tier.reset();
+  tier = std::make_unique<CpuTier>(seg_name_, ring_, cfg_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the split's retry interval
+  const auto again = trace(e, 12);
+  EXPECT_EQ(counter(e, "tier_cpu_up"), 1u);
+  EXPECT_GT(counter(e, "tier_cpu_experts"), before);
+  EXPECT_EQ(compare(want, again, cfg_.vocab_size).first, 0);
 }
 
 }  // namespace

@@ -263,6 +263,57 @@ TEST_F(Exl3GpuMoe, BatchInvariantBits) {
   EXPECT_EQ(bit_mismatches(yf.data(), ya.data(), n), 0u) << "first 6 tokens alone vs among 20";
 }
 
+// Picks with expert −1 (another tier computes them) are left out: the kernel writes only the
+// others' rows, with the bits a run over every pick gives them (the fast tier mode relies on it).
+TEST_F(Exl3GpuMoe, PicksLeftOutAreSkipped) {
+  Layer L(256, 256, 8, {3, 3, 3}, {Codebook::Mul1, Codebook::Mul1, Codebook::Mul1}, 61);
+  const Routes all(6, 4, L.E, 62);
+  const std::vector<float> x = randn(static_cast<size_t>(all.n * L.D), 63);
+  MoeRun full(L, all);
+  const std::vector<float> want = full.run(L, std::vector<int>(L.E, 1), x);
+  // Every pick of an odd expert left out, and the dispatch of the rest (as moe_dispatch makes it).
+  std::vector<int32_t> masked = all.expert;
+  for (int32_t& e : masked)
+    if (e % 2) e = -1;
+  std::vector<int32_t> offsets(L.E + 1, 0), sorted, active;
+  for (int32_t e : masked)
+    if (e >= 0) ++offsets[e + 1];
+  for (int e = 0; e < L.E; ++e) offsets[e + 1] += offsets[e];
+  sorted.assign(masked.size(), 12345);  // past the count: stale entries the kernel must not read
+  std::vector<int32_t> fill(offsets.begin(), offsets.end() - 1);
+  for (size_t p = 0; p < masked.size(); ++p)
+    if (masked[p] >= 0) sorted[fill[masked[p]]++] = static_cast<int32_t>(p);
+  for (int e = 0; e < L.E; ++e)
+    if (offsets[e + 1] > offsets[e]) active.push_back(e);
+  DevBuf<int32_t> de(masked), doff(offsets), dsorted(sorted), dact(active),
+      dn(std::vector<int32_t>{static_cast<int32_t>(active.size())});
+  DevBuf<float> dw(all.weight), dx(x);
+  const size_t P = masked.size();
+  const float sentinel = -7.25f;
+  DevBuf<float> Y(std::vector<float>(P * L.D, sentinel));
+  DevBuf<unsigned char> ws(cuda::exl3_moe_workspace_bytes(L.geo, all.n, all.top_k));
+  cuda::exl3_moe_workspace_init(ws.get(), ws.size(), nullptr);
+  DevBuf<cuda::Exl3ExpertPtrs> table(L.table(std::vector<int>(L.E, 1)));
+  cuda::Exl3MoeLayer geo = L.geo;
+  geo.table = table.get();
+  const cuda::MoeRoutes r{de.get(), dw.get(), all.n, all.top_k};
+  const cuda::MoeDispatch d{doff.get(), dsorted.get(), dact.get(), dn.get()};
+  cuda::exl3_moe_experts(geo, r, d, dx.get(), L.D, kLimit, Y.get(), ws.get(), nullptr);
+  const std::vector<float> got = Y.download();
+  size_t kept = 0;
+  for (size_t p = 0; p < P; ++p) {
+    const float* g = got.data() + p * L.D;
+    if (masked[p] < 0) {
+      EXPECT_EQ(std::count(g, g + L.D, sentinel), L.D) << "pick " << p << " was left out but written";
+    } else {
+      ++kept;
+      EXPECT_EQ(bit_mismatches(want.data() + p * L.D, g, static_cast<size_t>(L.D)), 0u) << "pick " << p;
+    }
+  }
+  EXPECT_GT(kept, 0u);
+  EXPECT_LT(kept, P);
+}
+
 TEST_F(Exl3GpuMoe, RealWidths) {
   Layer L(4096, 2048, 8, {3, 3, 3}, {Codebook::Mul1, Codebook::Mul1, Codebook::Mul1}, 41);
   check_layer(L, Routes(2, 4, L.E, 42), "D 4096, I 2048, 8 experts, 2 tokens top-4", 43);

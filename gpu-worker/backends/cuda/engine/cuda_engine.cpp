@@ -12,6 +12,7 @@
 #include "gpu-worker/backends/cuda/engine/gpu_sampler.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/step_buffers.h"
+#include "gpu-worker/backends/cuda/engine/tier_split.h"
 
 namespace ft::cuda {
 
@@ -87,9 +88,10 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   // are set aside, unless --expert-cache-gb says otherwise).
   // fp32 precision keeps the reference's arithmetic for the routed experts too: the CPU tier's
   // exact kernels, not the zero-copy kernel (fp16 activations).
-  if (!experts_present(w) && !o.expert_segment.empty() && o.tier_mode != "cpu" && model_->fp32)
+  const tiers::TierMode mode = tiers::parse_tier_mode(o.tier_mode);
+  if (!experts_present(w) && !o.expert_segment.empty() && model_->fp32)
     std::cerr << "cuda engine: fp32 precision: routed experts go to the CPU tier (exact)" << std::endl;
-  if (!experts_present(w) && !o.expert_segment.empty() && o.tier_mode != "cpu" && !model_->fp32) {
+  if (!experts_present(w) && !o.expert_segment.empty() && !model_->fp32) {
     std::string why;
     auto seg = ipc::ExpertSegment::attach(o.expert_segment, "", &why);
     if (!seg) {
@@ -109,9 +111,19 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
         to.staging_min_rows = o.staging_min_rows;
         to.staging_slots = o.staging_slots;
         tier_ = std::make_unique<GpuExpertTier>(cfg_, std::move(*seg), to, *budget_, stream_);
-        if (o.tier_mode == "fast")
-          std::cerr << "cuda engine: --tier-mode fast does not split with the CPU tier yet; running exact" << std::endl;
+        if (mode != tiers::TierMode::Exact && host_experts_) {
+          TierSplitOptions so;
+          so.mode = mode;
+          so.max_rows = o.split_max_rows;
+          so.calibrate = o.calibrate_split;
+          so.freeze_rates = o.freeze_split_rates;
+          so.rates = o.split_rates;
+          split_ = std::make_unique<CpuTierSplit>(cfg_, *tier_, *host_experts_, so, *budget_, stream_);
+        } else if (mode != tiers::TierMode::Exact) {
+          std::cerr << "cuda engine: --tier-mode " << o.tier_mode << " without a CPU tier; running exact" << std::endl;
+        }
       } catch (const std::exception& e) {
+        split_.reset();
         tier_.reset();
         std::cerr << "cuda engine: zero-copy experts unavailable (" << e.what() << "); routed experts go to the CPU tier"
                   << std::endl;
@@ -133,6 +145,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   pool_ = std::make_unique<SequencePool>(cfg_, o.max_sequences, blocks, o.context_size, *budget_, model_->fp32);
   fwd_ = std::make_unique<ForwardPass>(*model_, *pool_, *bufs_, experts_present(w) ? nullptr : host_experts_);
   fwd_->set_expert_tier(tier_.get());
+  fwd_->set_tier_split(split_.get());
   graphs_ = std::make_unique<DecodeGraphs>(*budget_);
   sampler_ = std::make_unique<GpuSampler>(o.max_sequences, cfg_.vocab_size, lim.max_logit_rows, *budget_);
   host_rows_len_ = 3 * lim.max_tokens + lim.max_logit_rows;
@@ -146,6 +159,7 @@ CudaEngine::~CudaEngine() {
   if (stream_) cudaStreamSynchronize(stream_);
   graphs_.reset();
   fwd_.reset();
+  split_.reset();
   tier_.reset();
   if (host_rows_) cudaFreeHost(host_rows_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -272,6 +286,7 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
 
   // Prefill staging of the zero-copy experts (large chunks only; never inside a graph).
   if (tier_) tier_->begin_step(plan.rows, stream_);
+  if (split_) split_->begin_step(plan.rows);
   const bool graph = opts_.graphs && !profiling_ && !probing_ && fwd_->graph_safe() && decode_rows == plan.rows &&
                      plan.rows <= opts_.max_graph_batch && plan.logit_rows == plan.rows &&
                      std::all_of(items.begin(), items.end(),
@@ -324,6 +339,7 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
   for (size_t i : order) seqs_.at(items[i].seq)->length += static_cast<int64_t>(items[i].tokens.size());
   // Cache upkeep from this step's picks; large prefill chunks admit nothing (they touch almost
   // every expert once and would flush the hot set).
+  if (split_) split_->after_step();
   if (tier_) tier_->after_step(plan.rows, plan.rows <= 64, stream_);
 }
 
@@ -347,6 +363,29 @@ EngineStats CudaEngine::stats() const {
                                            {"expert_staging_slots", static_cast<uint64_t>(t.staging_slots)},
                                            {"expert_staged_steps", t.staged_steps},
                                            {"expert_staged_blocks", t.staged_blocks}});
+  }
+  if (split_) {
+    // The split's totals (times in µs) and its current cost model (ns, so integers keep detail).
+    const TierSplitStats t = split_->stats();
+    auto us = [](double v) { return static_cast<uint64_t>(v < 0 ? 0 : v); };
+    auto ns = [](double v) { return static_cast<uint64_t>(v < 0 ? 0 : v * 1e3); };
+    st.counters.insert(st.counters.end(), {{"tier_split_layers", t.layers},
+                                           {"tier_cpu_experts", t.cpu_experts},
+                                           {"tier_zero_copy_experts", t.zero_copy_experts},
+                                           {"tier_hit_experts", t.hit_experts},
+                                           {"tier_cpu_us", us(t.cpu_us)},
+                                           {"tier_gpu_us", us(t.gpu_us)},
+                                           {"tier_cpu_wait_us", us(t.wait_us)},
+                                           {"tier_predicted_us", us(t.predicted_us)},
+                                           {"tier_cpu_failures", t.failures},
+                                           {"tier_cpu_probes", t.probes},
+                                           {"tier_cpu_up", t.cpu_up ? 1u : 0u},
+                                           {"tier_rate_cpu_expert_ns", ns(t.rates.cpu_expert)},
+                                           {"tier_rate_cpu_row_ns", ns(t.rates.cpu_row)},
+                                           {"tier_rate_handoff_ns", ns(t.rates.handoff)},
+                                           {"tier_rate_zero_copy_expert_ns", ns(t.rates.zc_expert)},
+                                           {"tier_rate_zero_copy_row_ns", ns(t.rates.zc_row)},
+                                           {"tier_rate_hit_expert_ns", ns(t.rates.hit_expert)}});
   }
   return st;
 }

@@ -15,6 +15,7 @@
 
 #include "gpu-worker/backends/cuda/core/device.h"
 #include "gpu-worker/backends/cuda/core/vram.h"
+#include "gpu-worker/tiers/split_model.h"
 #include "shared/engine/engine.h"
 #include "shared/engine/expert_backend.h"
 #include "shared/engine/weights.h"
@@ -29,6 +30,7 @@ class DecodeGraphs;
 class GpuSampler;
 class OpProfile;
 class GpuExpertTier;
+class CpuTierSplit;
 
 struct CudaEngineOptions {
   int device = 0;
@@ -49,7 +51,14 @@ struct CudaEngineOptions {
   // Remote routed experts: the cpu-expert-worker's segment name (from its Info), read by the GPU
   // zero-copy with a VRAM cache, unless tier_mode is "cpu" (every MoE layer a host round trip).
   std::string expert_segment;
-  std::string tier_mode = "fast";   // fast | exact | cpu ("fast" splits with the CPU tier: not yet, runs as exact)
+  // fast: misses split between zero-copy reads and the CPU tier (host_experts) by the calibrated
+  // cost model; exact: zero-copy only; cpu: the CPU tier computes every miss (VRAM hits stay on
+  // the GPU). Without host_experts, fast and cpu run as exact.
+  std::string tier_mode = "fast";
+  int64_t split_max_rows = 32;      // steps with more rows run exact (prefill chunks stage instead)
+  bool calibrate_split = true;      // time both sides at start-up; false: split_rates as given
+  bool freeze_split_rates = false;  // never refit from observed layers (tests, forced splits)
+  tiers::TierRates split_rates;
   uint64_t expert_cache_bytes = 0;  // 0: what the budget leaves after weights, activations and the KV cache
   bool auto_expert_cache = true;    // false: expert_cache_bytes 0 means no cache (every expert zero-copy)
   int admit_per_step = 16;
@@ -89,6 +98,8 @@ class CudaEngine final : public Engine {
   void set_layer_probe(std::function<void(int64_t, const StepBuffers&, int64_t, cudaStream_t)> p);
   // The zero-copy expert tier (null when the experts are in VRAM or on the CPU tier).
   GpuExpertTier* expert_tier() { return tier_.get(); }
+  // The CPU/zero-copy split (fast and cpu tier modes with a CPU tier; null otherwise).
+  CpuTierSplit* tier_split() { return split_.get(); }
 
  private:
   struct Seq;
@@ -107,6 +118,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<DecodeGraphs> graphs_;
   std::unique_ptr<GpuSampler> sampler_;
   std::unique_ptr<GpuExpertTier> tier_;
+  std::unique_ptr<CpuTierSplit> split_;
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;
   uint64_t next_ = 1;
   uint64_t graph_steps_ = 0, eager_steps_ = 0;

@@ -78,6 +78,14 @@ class GpuExpertTier {
 
   ExpertTierStats stats() const;
 
+  // For the CPU/zero-copy split (tier_split.h): the MoE index of a model layer (−1: not MoE),
+  // whether an expert's table entry points at VRAM now (what this step's kernel reads), whether
+  // this step stages, and the segment the CPU tier computes from.
+  int moe_index(int64_t layer) const { return moe_of_layer_.at(static_cast<size_t>(layer)); }
+  bool in_vram(int moe, int expert) const { return in_vram_[static_cast<size_t>(moe) * E_ + expert] != 0; }
+  bool staged() const { return staged_; }
+  const ipc::ExpertSegment& segment() const { return seg_; }
+
   // Benchmarks replaying a routing trace (options.forced_routes): the next steps use these picks
   // instead of the router's — host [n_moe][rows·top_k], ascending within a row; the router's
   // weights stay. forced_routes(layer) is the device copy a step reads (null when not forced).

@@ -47,7 +47,7 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
     op_mark(prof_, "mhc site in", s);
     mhc_site_in(L.ffn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
     if (L.dense)
-      mlp(*L.dense, N, b_.O, LinearStore::Overwrite, s);
+      mlp(*L.dense, N, b_.O, LinearStore::Overwrite, "dense mlp", s);
     else
       moe(l, p, s);
     op_mark(prof_, "mhc site out", s);
@@ -206,9 +206,9 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
   }
 }
 
-void ForwardPass::mlp(const MlpGpu& g, int64_t N, float* out, LinearStore store, cudaStream_t s) {
+void ForwardPass::mlp(const MlpGpu& g, int64_t N, float* out, LinearStore store, const char* what, cudaStream_t s) {
   const int64_t D = c_.hidden_size, I = g.inter;
-  op_mark(prof_, store == LinearStore::Accumulate ? "moe shared expert" : "dense mlp", s);
+  op_mark(prof_, what, s);
   float* gu = b_.scratch.take<float>(N * 2 * I, "mlp gate|up");
   apply_linear(g.gate_up, b_.A, D, N, gu, 2 * I, b_.staging, s);
   swiglu_rows(gu, 2 * I, N, I, static_cast<float>(c_.swiglu_limit), gu, 2 * I, s);
@@ -264,6 +264,29 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
       moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);
     op_mark(prof_, "moe dispatch + combine", s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
+  } else if (tier_ && split_ && split_->active()) {
+    // Misses split with the CPU tier (tier_split.h). The shared expert runs while the CPU tier
+    // computes; it writes O first and the routed sum is added to it: one addition either way
+    // round, so the bits equal the unsplit order's.
+    if (const int32_t* forced = tier_->forced_routes(l))
+      FT_CUDA_CHECK(cudaMemcpyAsync(experts, forced, N * TK * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    const MoeRoutes gpu{split_->split(l, experts, b_.A, N, s), weights, N, static_cast<int>(TK)};
+    moe_dispatch(gpu, static_cast<int>(E), d, s);
+    split_->gpu_begin(s);
+    exl3_moe_experts(tier_->layer(l), gpu, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
+    split_->gpu_end(s);
+    mlp(m.shared, N, b_.O, LinearStore::Overwrite, "moe shared expert", s);
+    op_mark(prof_, "moe CPU tier wait", s);
+    if (const int32_t* lost = split_->finish(Y, s)) {
+      // The CPU tier failed: its picks read zero-copy instead.
+      const MoeRoutes back{lost, weights, N, static_cast<int>(TK)};
+      moe_dispatch(back, static_cast<int>(E), d, s);
+      exl3_moe_experts(tier_->layer(l), back, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(),
+                       s);
+    }
+    op_mark(prof_, "moe dispatch + combine", s);
+    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Accumulate, s);
+    return;
   } else if (tier_) {
     // From the segment (zero-copy) or VRAM cache slots, wherever the tier's table says; the
     // picks go to the host for the cache's upkeep between steps.
@@ -294,7 +317,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     host_experts_->compute(l, host_a_.data(), N, rt, host_o_.data());
     FT_CUDA_CHECK(cudaMemcpyAsync(b_.O, host_o_.data(), N * D * 4, cudaMemcpyHostToDevice, s));
   }
-  mlp(m.shared, N, b_.O, LinearStore::Accumulate, s);
+  mlp(m.shared, N, b_.O, LinearStore::Accumulate, "moe shared expert", s);
 }
 
 }  // namespace ft::cuda

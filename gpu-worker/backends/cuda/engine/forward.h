@@ -18,6 +18,7 @@
 #include "gpu-worker/backends/cuda/engine/op_profile.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/step_buffers.h"
+#include "gpu-worker/backends/cuda/engine/tier_split.h"
 #include "shared/engine/expert_backend.h"
 
 namespace ft::cuda {
@@ -45,6 +46,8 @@ class ForwardPass {
   // Routed experts read from the cpu-expert-worker's segment (zero-copy + VRAM cache) instead of
   // the host round trip; null: none.
   void set_expert_tier(GpuExpertTier* t) { tier_ = t; }
+  // Fast / cpu tier modes: the tier's misses split with the CPU tier in the steps it is active.
+  void set_tier_split(CpuTierSplit* s) { split_ = s; }
 
   // Embedding → layers → final norm + lm_head of the logit rows (into StepBuffers::logits).
   void run(const StepPlan& p, cudaStream_t stream);
@@ -52,7 +55,8 @@ class ForwardPass {
   // rows did not all fit).
   void logits(int64_t rows, int64_t n, cudaStream_t stream);
 
-  bool graph_safe() const { return host_experts_ == nullptr || tier_ != nullptr; }
+  // Decode graphs need steps without host round trips: none to the CPU tier, no split.
+  bool graph_safe() const { return (host_experts_ == nullptr || tier_ != nullptr) && !(split_ && split_->active()); }
   // Events around each op group of eager steps (benchmarks); null: none.
   void set_profile(OpProfile* p) { prof_ = p; }
   // Tests: called (on the host, while enqueuing) after each layer with the step's buffers: the
@@ -63,7 +67,7 @@ class ForwardPass {
  private:
   void kda(int64_t l, const StepPlan& p, cudaStream_t s);
   void mla(int64_t l, const StepPlan& p, cudaStream_t s);
-  void mlp(const MlpGpu& g, int64_t rows, float* out, LinearStore store, cudaStream_t s);
+  void mlp(const MlpGpu& g, int64_t rows, float* out, LinearStore store, const char* what, cudaStream_t s);
   void moe(int64_t l, const StepPlan& p, cudaStream_t s);
 
   const DeviceModel& m_;
@@ -73,6 +77,7 @@ class ForwardPass {
   ExpertBackend* host_experts_;
   OpProfile* prof_ = nullptr;
   GpuExpertTier* tier_ = nullptr;
+  CpuTierSplit* split_ = nullptr;
   LayerProbe probe_;
   std::vector<float> host_a_, host_o_;  // host-tier exchange
 };

@@ -49,6 +49,11 @@ void moe_dispatch(const MoeRoutes& r, int n_experts, const MoeDispatch& d, cudaS
 void moe_combine(const float* Y, const float* weight, int64_t n, int top_k, int64_t D, float* out, int64_t ld_out,
                  LinearStore store, cudaStream_t stream);
 
+// Y[pick[i]] = rows[i] for i < n (rows [n, D], Y rows D floats apart): picks computed elsewhere
+// (the CPU expert tier's answers; rows and pick may be mapped pinned host memory) put into the
+// pick-ordered expert outputs, so moe_combine adds them in the same fixed order as the GPU's own.
+void moe_place_rows(const float* rows, const int32_t* pick, int64_t n, int64_t D, float* Y, cudaStream_t stream);
+
 // One expert in VRAM, dense fp16 (gate, up: [I, D]; down: [D, I]), as prepare_linear_f16 lays
 // them out. moe_dense_experts uses linear_k_chunk(D, I) / linear_k_chunk(I, D) for the chunks
 // (the k_chunk fields must hold those values for a pick to equal a linear_f16 call bit for bit).

@@ -123,6 +123,15 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* Y, const 
   }
 }
 
+// One CTA per placed row; rows may be mapped host memory (the CPU tier's answers).
+__global__ void __launch_bounds__(256) moe_place_rows_kernel(const float* rows, const int32_t* pick, int64_t D,
+                                                             float* Y) {
+  const int64_t i = blockIdx.x;
+  const float* src = rows + i * D;
+  float* dst = Y + static_cast<int64_t>(pick[i]) * D;
+  for (int64_t c = threadIdx.x; c < D; c += blockDim.x) dst[c] = src[c];
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 size_t dispatch_smem(int n_experts) { return static_cast<size_t>(kDispatchWarps + 1) * n_experts * sizeof(int32_t); }
@@ -158,6 +167,13 @@ void moe_combine(const float* Y, const float* weight, int64_t n, int top_k, int6
   if (D % 4 == 0 && aligned16(Y))
     moe_combine_kernel<true><<<grid, 256, 0, stream>>>(Y, weight, n, top_k, D, out, ld_out, acc);
   else moe_combine_kernel<false><<<grid, 256, 0, stream>>>(Y, weight, n, top_k, D, out, ld_out, acc);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+void moe_place_rows(const float* rows, const int32_t* pick, int64_t n, int64_t D, float* Y, cudaStream_t stream) {
+  if (n < 0 || D <= 0) throw Error("moe_place_rows: bad shape (n " + std::to_string(n) + ", D " + std::to_string(D) + ")");
+  if (n == 0) return;
+  moe_place_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(rows, pick, D, Y);
   FT_CUDA_CHECK_LAUNCH();
 }
 
