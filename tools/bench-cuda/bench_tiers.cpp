@@ -213,13 +213,11 @@ std::string split_summary(const CudaEngine& e, const std::vector<std::pair<std::
 
 // One engine (max_seqs sequences of up to `context` tokens): decode rows for `batches` at
 // `ctx`, then prefill rows for `prefills`.
-void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, const std::vector<int64_t>& batches,
-                const std::vector<int64_t>& prefills, std::vector<Row>& rows) {
-  const ModelConfig& c = S.cfg;
+CudaEngineOptions engine_options(const Setup& S, int max_seqs, int64_t context, int64_t chunk) {
   CudaEngineOptions o;
   o.vram_budget_bytes = S.budget;
   o.max_sequences = max_seqs;
-  o.max_tokens_per_step = S.chunk;
+  o.max_tokens_per_step = chunk;
   o.context_size = context;
   o.precision = "fp16";  // the tensor-core path (the product's, for EXL3 checkpoints)
   o.expert_segment = S.segment;
@@ -227,6 +225,109 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
   o.expert_cache_bytes = S.expert_cache;
   o.admit_per_step = S.admit;
   o.forced_routes = true;
+  return o;
+}
+
+int moe_layer_count(const ModelConfig& c) {
+  int n = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n += c.is_moe(l);
+  return n;
+}
+
+// The tier agreement panel: B sequences decoded by an exact engine, then by a fast one fed the
+// exact engine's greedy tokens under the same forced routes (one engine at a time: each
+// registers the 80 GB segment, and the host cannot pin it twice); per decode position the KL of
+// the two next-token distributions and whether their top-1 agree.
+void run_agreement(Setup S, int64_t positions) {
+  const ModelConfig& c = S.cfg;
+  const int B = 8, prompt = 64;
+  const int64_t steps = (positions + B - 1) / B, V = c.vocab_size;
+  const tiers::TraceShape shape{moe_layer_count(c), static_cast<int>(c.n_routed_experts),
+                                static_cast<int>(c.num_experts_per_tok)};
+  std::vector<int32_t> prompts(static_cast<size_t>(B) * prompt);
+  std::mt19937_64 g(9);
+  for (int32_t& t : prompts) t = static_cast<int32_t>(g() % static_cast<uint64_t>(V));
+  std::vector<float> ref;          // exact: [steps][B][V]
+  std::vector<int32_t> tokens;     // exact's greedy tokens: [steps + 1][B]
+  double kl = 0;
+  int64_t same = 0, n = 0;
+  uint64_t cpu_experts = 0, zc_experts = 0;
+  for (const char* mode : {"exact", "fast"}) {
+    const bool record = std::string(mode) == "exact";
+    S.mode = mode;
+    CudaEngine eng(S.model->weights, record ? nullptr : S.cpu_tier, engine_options(S, B, prompt + steps + 64, B * prompt));
+    GpuExpertTier* tier = eng.expert_tier();
+    if (!tier) throw Error(std::string("the ") + mode + " engine did not attach the expert segment");
+    RouteSource src(shape, S.trace, S.trace_file, B);  // the same routes in both passes
+    std::vector<int32_t> routes(static_cast<size_t>(shape.layers) * prompt * shape.top_k);
+    SequenceSpec spec;
+    spec.sampling.temperature = 0;
+    spec.max_tokens = prompt + steps + 8;
+    std::vector<uint64_t> seqs;
+    std::vector<StepResult> r;
+    std::vector<int32_t> next(B);
+    for (int b = 0; b < B; ++b) {
+      seqs.push_back(eng.open(spec));
+      src.fill(b, 0, prompt, prompt, routes);
+      tier->set_forced_routes(routes.data(), prompt);
+      StepItem it;
+      it.seq = seqs.back();
+      it.tokens = std::span<const int32_t>(prompts).subspan(static_cast<size_t>(b) * prompt, prompt);
+      it.sample = true;
+      eng.step(std::span<const StepItem>(&it, 1), r);
+      next[b] = record ? r[0].token : tokens[b];
+      if (record) tokens.push_back(r[0].token);
+    }
+    std::vector<StepItem> items(B);
+    for (int64_t st = 0; st < steps; ++st) {
+      for (int b = 0; b < B; ++b) {
+        src.fill(b, b, 1, B, routes);
+        items[b].seq = seqs[b];
+        items[b].tokens = std::span<const int32_t>(&next[b], 1);
+        items[b].prompt = false;
+        items[b].sample = true;
+        items[b].logits = LogitsWanted::Last;
+      }
+      tier->set_forced_routes(routes.data(), B);
+      eng.step(items, r);
+      for (int b = 0; b < B; ++b) {
+        const float* f = r[b].logits.data();
+        if (record) {
+          ref.insert(ref.end(), f, f + V);
+          tokens.push_back(r[b].token);
+        } else {
+          const float* a = ref.data() + (st * B + b) * V;
+          const double ma = *std::max_element(a, a + V), mf = *std::max_element(f, f + V);
+          double za = 0, zf = 0;
+          for (int64_t i = 0; i < V; ++i) za += std::exp(a[i] - ma), zf += std::exp(f[i] - mf);
+          const double lza = std::log(za), lzf = std::log(zf);
+          double k = 0;
+          for (int64_t i = 0; i < V; ++i) {
+            const double la = a[i] - ma - lza, lf = f[i] - mf - lzf;
+            k += std::exp(la) * (la - lf);
+          }
+          kl += k;
+          same += (std::max_element(a, a + V) - a) == (std::max_element(f, f + V) - f);
+          ++n;
+        }
+        next[b] = tokens[(st + 1) * B + b];
+      }
+    }
+    if (!record) cpu_experts = counter(eng, "tier_cpu_experts"), zc_experts = counter(eng, "tier_zero_copy_experts");
+  }
+  std::printf("\n### Tier agreement (synthetic model, real widths): fast vs exact, %lld decode positions (%d sequences, "
+              "teacher-forced with exact's greedy tokens, same routes): mean KL %.3g, top-1 agreement %.5f; fast sent "
+              "%llu experts to the CPU tier, %llu zero-copy\n",
+              static_cast<long long>(n), B, kl / std::max<int64_t>(n, 1),
+              static_cast<double>(same) / std::max<int64_t>(n, 1), static_cast<unsigned long long>(cpu_experts),
+              static_cast<unsigned long long>(zc_experts));
+  std::fflush(stdout);
+}
+
+void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, const std::vector<int64_t>& batches,
+                const std::vector<int64_t>& prefills, std::vector<Row>& rows) {
+  const ModelConfig& c = S.cfg;
+  const CudaEngineOptions o = engine_options(S, max_seqs, context, S.chunk);
   const auto t0 = clk::now();
   CudaEngine eng(S.model->weights, S.mode == "exact" ? nullptr : S.cpu_tier, o);
   GpuExpertTier* tier = eng.expert_tier();
@@ -237,11 +338,7 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
               max_seqs, static_cast<long long>(context), secs(t0), eng.budget().report().c_str(), st0.slots,
               st0.slots * static_cast<double>(st0.slot_bytes) / 1e9, 100.0 * st0.slots / (42.0 * 288.0),
               static_cast<int>(c.n_routed_experts * 42));
-  const int n_moe = [&] {
-    int n = 0;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) n += c.is_moe(l);
-    return n;
-  }();
+  const int n_moe = moe_layer_count(c);
   const tiers::TraceShape shape{n_moe, static_cast<int>(c.n_routed_experts), static_cast<int>(c.num_experts_per_tok)};
   const int TK = shape.top_k;
   RouteSource src(shape, S.trace, S.trace_file, max_seqs);
@@ -381,6 +478,7 @@ int main(int argc, char** argv) {
   S.trace.locality = 0.3;
   std::string segment = "flashtier-bench-tiers";
   std::vector<std::string> modes = {"fast", "exact"};
+  int64_t agreement = 0;
   bool keep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -405,6 +503,7 @@ int main(int argc, char** argv) {
     else if (a == "--cpu-threads") cpu_threads = std::stoi(next());
     else if (a == "--segment") segment = next();
     else if (a == "--keep-segment") keep = true;
+    else if (a == "--agreement") agreement = std::stoll(next());
     else if (a == "--modes") {
       modes.clear();
       std::stringstream ss(next());
@@ -416,7 +515,8 @@ int main(int argc, char** argv) {
                    "         [--experts 288] [--k 3] [--context 1024] [--long-context 32768 (0: skip)] [--batches 1,2,4,8]\n"
                    "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 16] [--zipf 0.8]\n"
                    "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--segment NAME] [--keep-segment]\n"
-                   "         [--chunk 8192 (prefill tokens per step)] [--modes fast,exact (any of fast, exact, cpu)]\n");
+                   "         [--chunk 8192 (prefill tokens per step)] [--modes fast,exact (any of fast, exact, cpu; \"\": none)]\n"
+                   "         [--agreement N (the fast-vs-exact panel over N decode positions; 0: off)]\n");
       return 2;
     }
   }
@@ -515,7 +615,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<cew::RingTier> cpu_tier;
     std::unique_ptr<RemoteExperts> remote;
     const std::string ring = segment + "-ring";
-    if (std::any_of(modes.begin(), modes.end(), [](const std::string& m) { return m != "exact"; })) {
+    if (agreement > 0 || std::any_of(modes.begin(), modes.end(), [](const std::string& m) { return m != "exact"; })) {
       tier_seg = ipc::ExpertSegment::attach(segment, "", nullptr);
       if (!tier_seg) throw Error("cannot attach the segment for the CPU tier");
       ipc::RingConfig rc;
@@ -550,6 +650,7 @@ int main(int argc, char** argv) {
                    first ? long_prefills : std::vector<int64_t>{}, rows);
       }
     }
+    if (agreement > 0) run_agreement(S, agreement);
     std::printf("\n### Summary (--vram-budget-gb %.0f; bound: HBM bytes at the HBM rate + miss bytes at the mode's rate: "
                 "exact zero-copy, cpu the CPU kernel's, fast both at once; prefill: PCIe only)\n",
                 budget_gb);
