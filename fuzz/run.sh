@@ -8,7 +8,7 @@ set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$src/build-fuzz}"
 seconds="${2:-10}"
-targets=(fuzz_openai_request fuzz_chat_template fuzz_tokenizer fuzz_glm_parser fuzz_safetensors fuzz_config fuzz_exl3_metadata)
+targets=(fuzz_http_request fuzz_openai_request fuzz_chat_template fuzz_tokenizer fuzz_glm_parser fuzz_safetensors fuzz_config fuzz_exl3_metadata)
 command -v clang++ >/dev/null || { echo "fuzz: SKIPPED: clang++ missing"; exit 77; }
 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
   { echo "fuzz: SKIPPED: libFuzzer missing (apt-get install libfuzzer-14-dev)"; exit 77; }

@@ -11,19 +11,11 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include "gateway/http_request.h"
+
 namespace ft::gateway {
 
 namespace asio = boost::asio;
-
-struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // path and query as sent
-  std::string path;    // without the query
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  // Case-insensitive lookup; empty when absent.
-  std::string header(std::string_view name) const;
-};
 
 class HttpExchange {
  public:

@@ -26,6 +26,7 @@
 
 #include "gateway/api_error.h"
 #include "gateway/endpoints.h"
+#include "gateway/http_request_parse.h"
 
 namespace ft::gateway {
 
@@ -33,14 +34,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
-
-std::string HttpRequest::header(std::string_view name) const {
-  for (const auto& [k, v] : headers)
-    if (k.size() == name.size() &&
-        std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) { return std::tolower((unsigned char)a) == std::tolower((unsigned char)b); }))
-      return v;
-  return {};
-}
 
 namespace {
 
@@ -251,9 +244,8 @@ asio::awaitable<void> session(App& app, ServerState& st, tcp::socket socket) {
   }
   app.metrics.http_connections.fetch_add(1);
   for (;;) {
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(app.opts.max_body_bytes);
-    parser.header_limit(64 * 1024);
+    RequestParser parser;
+    limit_request_parser(parser, app.opts.max_body_bytes);
     // Headers (and the idle wait before them) have their own, shorter limit than the body, so a
     // client dribbling header bytes cannot hold a connection for the whole request timeout.
     stream.expires_after(std::chrono::seconds(app.opts.header_timeout_s));
@@ -280,18 +272,13 @@ asio::awaitable<void> session(App& app, ServerState& st, tcp::socket socket) {
         ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
       break;
     if (ec) {
-      const ApiError bad = request_error(ec == http::error::header_limit ? 431 : 400, 0, ec.message());
+      const ApiError bad = request_error(parse_error_status(ec), 0, ec.message());
       if (ec == http::error::header_limit || buffer.size() > 0 || parser.got_some()) co_await write_plain_error(stream, 11, bad);
       break;
     }
     stream.expires_never();
     auto& msg = parser.get();
-    HttpRequest req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
-    req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& f : msg) req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-    req.body = std::move(msg.body());
+    HttpRequest req = to_http_request(msg);
     if (st.draining.load() && req.path != "/metrics") {
       // Draining: /health says so (load balancers and readiness probes take this instance out)
       // and new work is refused with a reason; requests already running are not touched.
