@@ -69,6 +69,11 @@ struct ModelConfig {
   int64_t index_pool_budget() const { return index_topk / index_kpool; }    // Bp
   bool is_sparse(int64_t layer) const { return layer_types[layer] == AttnKind::Sparse; }
   bool is_moe(int64_t layer) const { return mlp_layer_types[layer] == MlpKind::Moe; }
+  int64_t moe_layer_count() const {
+    int64_t n = 0;
+    for (int64_t l = 0; l < num_hidden_layers; ++l) n += is_moe(l);
+    return n;
+  }
   // True when sparse layer `layer` runs its own indexer; false for a shared-indexer layer.
   bool has_indexer(int64_t layer) const {
     return is_sparse(layer) && indexer_types[layer] == IndexerKind::Full;

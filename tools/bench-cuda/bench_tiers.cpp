@@ -228,12 +228,6 @@ CudaEngineOptions engine_options(const Setup& S, int max_seqs, int64_t context, 
   return o;
 }
 
-int moe_layer_count(const ModelConfig& c) {
-  int n = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n += c.is_moe(l);
-  return n;
-}
-
 // The tier agreement panel: B sequences decoded by an exact engine, then by a fast one fed the
 // exact engine's greedy tokens under the same forced routes (one engine at a time: each
 // registers the 80 GB segment, and the host cannot pin it twice); per decode position the KL of
@@ -242,7 +236,7 @@ void run_agreement(Setup S, int64_t positions) {
   const ModelConfig& c = S.cfg;
   const int B = 8, prompt = 64;
   const int64_t steps = (positions + B - 1) / B, V = c.vocab_size;
-  const tiers::TraceShape shape{moe_layer_count(c), static_cast<int>(c.n_routed_experts),
+  const tiers::TraceShape shape{static_cast<int>(c.moe_layer_count()), static_cast<int>(c.n_routed_experts),
                                 static_cast<int>(c.num_experts_per_tok)};
   std::vector<int32_t> prompts(static_cast<size_t>(B) * prompt);
   std::mt19937_64 g(9);
@@ -338,7 +332,7 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
               max_seqs, static_cast<long long>(context), secs(t0), eng.budget().report().c_str(), st0.slots,
               st0.slots * static_cast<double>(st0.slot_bytes) / 1e9, 100.0 * st0.slots / (42.0 * 288.0),
               static_cast<int>(c.n_routed_experts * 42));
-  const int n_moe = moe_layer_count(c);
+  const int n_moe = static_cast<int>(c.moe_layer_count());
   const tiers::TraceShape shape{n_moe, static_cast<int>(c.n_routed_experts), static_cast<int>(c.num_experts_per_tok)};
   const int TK = shape.top_k;
   RouteSource src(shape, S.trace, S.trace_file, max_seqs);

@@ -26,8 +26,11 @@ namespace {
 
 std::string model_dir() { return test::fixture("glm5-tiny-exl3/model"); }
 
-// Prefill of a fixture prompt, then `steps` greedy decode steps; every row's logits.
-std::vector<float> trace(CudaEngine& e, int steps, const std::string& which = "case1") {
+// Prefill of a fixture prompt, then `steps` greedy decode steps; every row's logits. With `feed`,
+// decode step k is fed (*feed)[k] instead of the engine's own choice (teacher forcing: two
+// engines compared position by position).
+std::vector<float> trace(CudaEngine& e, int steps, const std::string& which = "case1",
+                         const std::vector<int32_t>* feed = nullptr) {
   const TensorStore ref = TensorStore::open(test::fixture("glm5-tiny-exl3/reference.safetensors"));
   std::vector<int32_t> prompt;
   for (int64_t v : to_i64(ref.get(which + ".input_ids"))) prompt.push_back(static_cast<int32_t>(v));
@@ -43,8 +46,9 @@ std::vector<float> trace(CudaEngine& e, int steps, const std::string& which = "c
   it.logits = LogitsWanted::Last;
   e.step(std::span<const StepItem>(&it, 1), r);
   std::vector<float> out = r[0].logits;
-  int32_t next = r[0].token;
+  int32_t next = 0;
   for (int k = 0; k < steps; ++k) {
+    next = feed ? (*feed)[static_cast<size_t>(k)] : r[0].token;
     StepItem d;
     d.seq = s;
     d.tokens = std::span<const int32_t>(&next, 1);
@@ -53,7 +57,6 @@ std::vector<float> trace(CudaEngine& e, int steps, const std::string& which = "c
     d.logits = LogitsWanted::Last;
     e.step(std::span<const StepItem>(&d, 1), r);
     out.insert(out.end(), r[0].logits.begin(), r[0].logits.end());
-    next = r[0].token;
   }
   e.close(s);
   return out;
@@ -235,38 +238,6 @@ std::pair<int, double> compare(const std::vector<float>& want, const std::vector
   return {differ, std::sqrt(num / std::max(den, 1e-30))};
 }
 
-// Logits of the prompt's last row and of one decode row per token of `feed`, the engine fed
-// exactly those tokens (teacher forcing: two engines compared position by position).
-std::vector<float> forced_trace(CudaEngine& e, const std::string& which, const std::vector<int32_t>& feed) {
-  const TensorStore ref = TensorStore::open(test::fixture("glm5-tiny-exl3/reference.safetensors"));
-  std::vector<int32_t> prompt;
-  for (int64_t v : to_i64(ref.get(which + ".input_ids"))) prompt.push_back(static_cast<int32_t>(v));
-  SequenceSpec spec;
-  spec.sampling.temperature = 0;
-  spec.max_tokens = static_cast<int64_t>(prompt.size() + feed.size()) + 1;
-  const uint64_t s = e.open(spec);
-  std::vector<StepResult> r;
-  StepItem it;
-  it.seq = s;
-  it.tokens = prompt;
-  it.sample = true;
-  it.logits = LogitsWanted::Last;
-  e.step(std::span<const StepItem>(&it, 1), r);
-  std::vector<float> out = r[0].logits;
-  for (const int32_t& t : feed) {
-    StepItem d;
-    d.seq = s;
-    d.tokens = std::span<const int32_t>(&t, 1);
-    d.prompt = false;
-    d.sample = true;
-    d.logits = LogitsWanted::Last;
-    e.step(std::span<const StepItem>(&d, 1), r);
-    out.insert(out.end(), r[0].logits.begin(), r[0].logits.end());
-  }
-  e.close(s);
-  return out;
-}
-
 // Mean KL(p_want ‖ p_got) of the softmaxes and the share of rows with the same top-1, over rows of V.
 std::pair<double, double> agreement(const std::vector<float>& want, const std::vector<float>& got, int64_t V) {
   double kl = 0;
@@ -425,7 +396,7 @@ TEST_F(TierSplitTest, AgreementPanelOverAThousandPositions) {
     double kl = 0, top1 = 0;
     int64_t rows = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
-      const auto got = forced_trace(e, cases[i], feeds[i]);
+      const auto got = trace(e, steps, cases[i], &feeds[i]);
       ASSERT_EQ(got.size(), want[i].size());
       const int64_t n = static_cast<int64_t>(got.size()) / V;
       const auto [k, t] = agreement(want[i], got, V);

@@ -7,17 +7,9 @@
 
 namespace ft::cuda {
 
-namespace {
-int moe_layers(const ModelConfig& c) {
-  int n = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n += c.is_moe(l);
-  return n;
-}
-}  // namespace
-
 GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const ExpertTierOptions& o,
                              VramBudget& budget, cudaStream_t compute)
-    : cfg_(c), seg_(std::move(seg)), o_(o), n_moe_(moe_layers(c)), E_(static_cast<int>(c.n_routed_experts)),
+    : cfg_(c), seg_(std::move(seg)), o_(o), n_moe_(static_cast<int>(c.moe_layer_count())), E_(static_cast<int>(c.n_routed_experts)),
       TK_(static_cast<int>(c.num_experts_per_tok)), cache_(n_moe_, E_, 0) {
   const ipc::SegmentHeader& h = seg_.header();
   if (static_cast<int>(h.n_moe_layers) != n_moe_ || static_cast<int>(h.n_experts) != E_)

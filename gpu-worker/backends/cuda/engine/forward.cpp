@@ -215,6 +215,12 @@ void ForwardPass::mlp(const MlpGpu& g, int64_t N, float* out, LinearStore store,
   apply_linear(g.down, gu, 2 * I, N, out, D, b_.staging, s, store);
 }
 
+void ForwardPass::force_routes(int64_t l, int32_t* experts, int64_t N, cudaStream_t s) {
+  if (const int32_t* forced = tier_->forced_routes(l))
+    FT_CUDA_CHECK(cudaMemcpyAsync(experts, forced, N * c_.num_experts_per_tok * sizeof(int32_t),
+                                  cudaMemcpyDeviceToDevice, s));
+}
+
 void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   const MoeLayerGpu& m = *m_.layers[l].moe;
   const int64_t N = p.rows, D = c_.hidden_size, E = c_.n_routed_experts, TK = c_.num_experts_per_tok;
@@ -268,8 +274,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     // Misses split with the CPU tier (tier_split.h). The shared expert runs while the CPU tier
     // computes; it writes O first and the routed sum is added to it: one addition either way
     // round, so the bits equal the unsplit order's.
-    if (const int32_t* forced = tier_->forced_routes(l))
-      FT_CUDA_CHECK(cudaMemcpyAsync(experts, forced, N * TK * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    force_routes(l, experts, N, s);
     const MoeRoutes gpu{split_->split(l, experts, b_.A, N, s), weights, N, static_cast<int>(TK)};
     moe_dispatch(gpu, static_cast<int>(E), d, s);
     split_->gpu_begin(s);
@@ -290,8 +295,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   } else if (tier_) {
     // From the segment (zero-copy) or VRAM cache slots, wherever the tier's table says; the
     // picks go to the host for the cache's upkeep between steps.
-    if (const int32_t* forced = tier_->forced_routes(l))
-      FT_CUDA_CHECK(cudaMemcpyAsync(experts, forced, N * TK * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    force_routes(l, experts, N, s);
     moe_dispatch(routes, static_cast<int>(E), d, s);
     exl3_moe_experts(tier_->layer_for_step(l, s), routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y,
                      tier_->workspace(), s);

@@ -69,6 +69,8 @@ class ForwardPass {
   void mla(int64_t l, const StepPlan& p, cudaStream_t s);
   void mlp(const MlpGpu& g, int64_t rows, float* out, LinearStore store, const char* what, cudaStream_t s);
   void moe(int64_t l, const StepPlan& p, cudaStream_t s);
+  // Benchmarks replaying a trace: the tier's forced picks replace the router's.
+  void force_routes(int64_t l, int32_t* experts, int64_t N, cudaStream_t s);
 
   const DeviceModel& m_;
   const ModelConfig& c_;

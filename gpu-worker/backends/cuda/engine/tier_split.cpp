@@ -62,9 +62,11 @@ CpuTierSplit::CpuTierSplit(const ModelConfig& c, GpuExpertTier& tier, ExpertBack
   place_h_ = pinned<int32_t>(P, true);
   picks_d_ = DeviceArray<int32_t>(budget, P, VramCategory::Workspace, "tier split picks");
   lost_d_ = DeviceArray<int32_t>(budget, P, VramCategory::Workspace, "tier split fallback picks");
-  int n_moe = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n_moe += c.is_moe(l);
-  records_.resize(static_cast<size_t>(n_moe));
+  y_d_ = device_alias(y_h_);
+  place_d_ = device_alias(place_h_);
+  records_.resize(static_cast<size_t>(c.moe_layer_count()));
+  rows_.resize(static_cast<size_t>(E_));
+  on_cpu_.resize(static_cast<size_t>(E_));
   for (LayerRecord& r : records_) {
     FT_CUDA_CHECK(cudaEventCreate(&r.begin));
     FT_CUDA_CHECK(cudaEventCreate(&r.end));
@@ -234,18 +236,19 @@ const int32_t* CpuTierSplit::split(int64_t layer, const int32_t* experts, const 
   FT_CUDA_CHECK(cudaMemcpyAsync(x_h_, x, n * D_ * sizeof(float), cudaMemcpyDeviceToHost, s));
   FT_CUDA_CHECK(cudaStreamSynchronize(s));
 
-  std::vector<int> rows(static_cast<size_t>(E_), 0);
+  std::vector<int>& rows = rows_;
+  std::fill(rows.begin(), rows.end(), 0);
   for (int64_t p = 0; p < P; ++p)
     if (route_h[p] >= 0 && route_h[p] < E_) ++rows[route_h[p]];
-  std::vector<tiers::Miss> misses;
+  misses_.clear();
   int hits = 0;
   for (int e = 0; e < E_; ++e) {
     if (rows[e] == 0) continue;
     if (tier_.in_vram(moe, e)) ++hits;
-    else misses.push_back({e, rows[e]});
+    else misses_.push_back({e, rows[e]});
   }
   const tiers::TierMode mode = cpu_up_ ? o_.mode : tiers::TierMode::Exact;
-  tiers::LayerSplit sp = tiers::split_misses(rates_.rates(), mode, misses, hits);
+  tiers::LayerSplit sp = tiers::split_misses(rates_.rates(), mode, misses_, hits);
   // The fit only learns the CPU tier's cost from layers that use it: one that looked dear once
   // (a slow call, a busy host) would never be tried again. Every kProbeEvery layers without CPU
   // work, one zero-copy miss goes there anyway.
@@ -259,7 +262,8 @@ const int32_t* CpuTierSplit::split(int64_t layer, const int32_t* experts, const 
   } else if (!sp.cpu.empty()) {
     layers_without_cpu_ = 0;
   }
-  std::vector<uint8_t> on_cpu(static_cast<size_t>(E_), 0);
+  std::vector<uint8_t>& on_cpu = on_cpu_;
+  std::fill(on_cpu.begin(), on_cpu.end(), 0);
   int cpu_extra = 0, zc_extra = 0;
   for (int e : sp.cpu) on_cpu[e] = 1, cpu_extra += rows[e] - 1;
   for (int e : sp.zero_copy) zc_extra += rows[e] - 1;
@@ -328,7 +332,7 @@ const int32_t* CpuTierSplit::finish(float* Y, cudaStream_t s) {
   }
   st_.wait_us += us_since(t0);
   st_.cpu_us += cpu_call_us_;
-  moe_place_rows(device_alias(y_h_), device_alias(place_h_), n_cpu_, D_, Y, s);
+  moe_place_rows(y_d_, place_d_, n_cpu_, D_, Y, s);
   return nullptr;
 }
 

@@ -113,6 +113,11 @@ class CpuTierSplit {
   float* x_h_ = nullptr;          // [max_rows][D]
   float* y_h_ = nullptr;          // [max_rows·TK][D] the CPU's answers, one row per CPU pick (mapped)
   int32_t* place_h_ = nullptr;    // [max_rows·TK] where each answer row goes (pick index; mapped)
+  const float* y_d_ = nullptr;    // device aliases of y_h_ and place_h_
+  const int32_t* place_d_ = nullptr;
+  std::vector<int> rows_;             // per split layer: picks per expert
+  std::vector<uint8_t> on_cpu_;       //   and whether the CPU tier computes it
+  std::vector<tiers::Miss> misses_;
   DeviceArray<int32_t> picks_d_, lost_d_;
   std::vector<float> req_x_;      // CPU request rows (a copy of the pick's token row)
   std::vector<Routing> req_routes_;
