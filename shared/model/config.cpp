@@ -1,5 +1,6 @@
 #include "shared/model/config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -27,8 +28,12 @@ class Reader {
     if (!has_value(key)) return def;
     const json& v = j_[key];
     if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
-      return static_cast<int64_t>(v.get<double>());
+    if (v.is_number_float()) {
+      // A whole float within int64's range (2^63 is exact in a double; casting beyond it is UB).
+      const double x = v.get<double>();
+      if (x >= -9223372036854775808.0 && x < 9223372036854775808.0 && x == std::trunc(x))
+        return static_cast<int64_t>(x);
+    }
     throw Error(src_ + ": field " + key + " must be an integer, got " + v.dump());
   }
   double d(const char* key, double def) const {

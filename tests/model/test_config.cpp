@@ -147,6 +147,9 @@ TEST(Config, Validation) {
   EXPECT_THAT(error_of(cfg(R"("num_hidden_layers": 2, "mlp_layer_types": ["dense", "moe"])")),
               HasSubstr("'moe' is neither"));
   EXPECT_THAT(error_of(cfg(R"("hidden_size": "big")")), HasSubstr("field hidden_size must be an integer"));
+  // Whole floats beyond int64 (fuzz_config found 4e34: its cast was undefined behaviour).
+  EXPECT_THAT(error_of(cfg(R"("hidden_size": 4e34)")), HasSubstr("field hidden_size must be an integer"));
+  EXPECT_THAT(error_of(cfg(R"("hidden_size": 9.3e18)")), HasSubstr("field hidden_size must be an integer"));
   // A shared-indexer layer must directly follow a sparse layer with its own indexer.
   EXPECT_THAT(error_of(cfg(R"("num_hidden_layers": 2, "layer_types": ["linear_attention", "deepseek_sparse_attention"],
                              "indexer_types": ["full", "shared"])")),
