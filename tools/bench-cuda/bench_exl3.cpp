@@ -9,9 +9,12 @@
 //     shapes, K = 2, 3, 4 (MUL1) × batch 1, 2, 4, 8: Gweights/s, trellis GB/s, % of each bound;
 //     weights cycle through copies filling a 1 GB pool (≫ L2) so every call reads HBM;
 //   * zero-copy MoE: exl3_moe_experts with every expert in mapped host memory (and, for
-//     comparison, in VRAM): trellis GB/s against the measured PCIe read bandwidth;
+//     comparison, in VRAM): trellis GB/s against the measured PCIe read bandwidth; with
+//     --moe-memory, for each host backing (heap, THP, 4 KB, hugetlb, /dev/shm file: host_backing.h)
+//     also the PCIe probe with its pieces scattered in runs of 2 KB … 2 MB (page locality);
 //   * prefill: exl3_linear at 512…8192 rows, TFLOP/s against cuBLASLt bf16 on the dense shape.
-// Tables in markdown at the end. --quick: fewer shapes and repetitions (≈ 1 minute).
+// Tables in markdown at the end. --quick: fewer shapes and repetitions (≈ 1 minute);
+// --only gemv,moe,prefill: those sections alone.
 // Memory: ≤ 3 GB on the GPU, ≤ 1.5 GB pinned host memory.
 #include <cuda_runtime.h>
 
@@ -33,6 +36,7 @@
 #include "gpu-worker/backends/cuda/exl3/read_probe.h"
 #include "shared/core/half.h"
 #include "shared/exl3/expert_block.h"
+#include "tools/bench-cuda/host_backing.h"
 #ifdef FT_HAVE_CUBLAS_REF
 #include "tools/bench-cuda/cublas_ref.h"
 #endif
@@ -44,7 +48,21 @@ using ft::exl3::Codebook;
 
 struct Opts {
   bool quick = false;
+  std::vector<std::string> sections = {"gemv", "moe", "prefill"};
+  std::vector<std::string> moe_memory = {"malloc"};
+  bool wants(const std::string& s) const { return std::find(sections.begin(), sections.end(), s) != sections.end(); }
 };
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    const size_t j = std::min(s.find(',', i), s.size());
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
 
 template <class T>
 T* dev_alloc(size_t n) {
@@ -300,7 +318,8 @@ void fill_block(uint8_t* dst, const ft::exl3::ExpertBlockHeader& h, uint64_t see
   }
 }
 
-std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, double* pcie_out) {
+std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, const std::string& backing, bool with_vram,
+                              double* pcie_out) {
   const int64_t D = 4096, I = 2048;
   const int E = o.quick ? 24 : 64, top_k = 8;
   ft::exl3::ExpertGeometry g;
@@ -308,21 +327,31 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, double* pcie_out) 
   for (int p = 0; p < 3; ++p) g.K[p] = 3, g.codebook[p] = Codebook::Mul1;
   const ft::exl3::ExpertBlockHeader h = ft::exl3::plan_expert_block(g);
   const size_t bytes = h.block_bytes * E;
-  auto* host = static_cast<uint8_t*>(std::aligned_alloc(ft::exl3::kExpertBlockAlign, bytes));
-  for (int e = 0; e < E; ++e) fill_block(host + e * h.block_bytes, h, 100 + e);
-  void* mapped = exl3_map_host_experts(host, bytes);
+  ft::bench::HostBacking mem(backing, bytes, [&](unsigned char* p, size_t) {
+    for (int e = 0; e < E; ++e) fill_block(p + e * h.block_bytes, h, 100 + e);
+  });
+  const uint8_t* host = mem.data();
+  void* mapped = exl3_map_host_experts(mem.data(), bytes);
   *pcie_out = exl3_read_gbs(mapped, bytes, o.quick ? 2 : 4);
   // Also at the grouped kernel's residency (2 CTAs per SM at its register count): tells whether
   // its in-flight depth or its access pattern is what keeps it below this rate.
-  std::printf("PCIe read of mapped host memory: %.1f GB/s at 8 CTAs per SM, %.1f GB/s at 2\n", *pcie_out,
-              exl3_read_gbs(mapped, bytes, o.quick ? 2 : 4, 2));
-  auto* vram = dev_alloc<unsigned char>(bytes);
-  FT_CUDA_CHECK(cudaMemcpy(vram, host, bytes, cudaMemcpyHostToDevice));
+  std::printf("[%s] host pages: %s\n", backing.c_str(), mem.pages().c_str());
+  std::printf("[%s] PCIe read of mapped host memory: %.1f GB/s at 8 CTAs per SM, %.1f GB/s at 2\n", backing.c_str(),
+              *pcie_out, exl3_read_gbs(mapped, bytes, o.quick ? 2 : 4, 2));
+  if (o.moe_memory.size() > 1 || backing != "malloc") {
+    std::printf("[%s] PCIe read, pieces scattered in runs of", backing.c_str());
+    for (size_t run : {size_t{2} << 10, size_t{4} << 10, size_t{64} << 10, size_t{2} << 20})
+      std::printf("  %zu KB: %.1f GB/s", run >> 10, exl3_read_scattered_gbs(mapped, bytes, run, o.quick ? 2 : 4));
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  auto* vram = dev_alloc<unsigned char>(with_vram ? bytes : 1);
+  if (with_vram) FT_CUDA_CHECK(cudaMemcpy(vram, host, bytes, cudaMemcpyHostToDevice));
   Exl3MoeLayer geo = exl3_moe_geometry(host, E);
   std::vector<Exl3ExpertPtrs> th(E), tv(E);
   for (int e = 0; e < E; ++e) {
     th[e] = exl3_expert_ptrs(host + e * h.block_bytes, static_cast<unsigned char*>(mapped) + e * h.block_bytes);
-    tv[e] = exl3_expert_ptrs(host + e * h.block_bytes, vram + e * h.block_bytes);
+    tv[e] = exl3_expert_ptrs(host + e * h.block_bytes, with_vram ? vram + e * h.block_bytes : vram);
   }
   auto* dth = dev_alloc<Exl3ExpertPtrs>(E);
   auto* dtv = dev_alloc<Exl3ExpertPtrs>(E);
@@ -371,7 +400,7 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, double* pcie_out) 
     double distinct = 0;
     for (int c = 0; c < calls; ++c) distinct += static_cast<double>(active[c].size());
     distinct /= calls;
-    for (int where = 0; where < 2; ++where) {
+    for (int where = 0; where < (with_vram ? 2 : 1); ++where) {
       geo.table = where == 0 ? dth : dtv;
       MoeRoutes r;
       r.expert = d_exp, r.weight = d_w, r.n = n, r.top_k = top_k;
@@ -393,7 +422,7 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, double* pcie_out) 
         }
       }
       MoeRow row;
-      row.where = where == 0 ? "mapped host (zero-copy)" : "VRAM";
+      row.where = where == 0 ? "mapped host (zero-copy, " + backing + ")" : std::string("VRAM");
       row.n = n;
       row.experts = static_cast<int>(std::lround(distinct));
       row.us = total_us / calls;
@@ -410,8 +439,7 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, double* pcie_out) 
                   static_cast<void*>(d_off), static_cast<void*>(d_sorted), static_cast<void*>(d_active),
                   static_cast<void*>(d_nact)})
     FT_CUDA_CHECK(cudaFree(p));
-  exl3_unmap_host_experts(host);
-  std::free(host);
+  exl3_unmap_host_experts(mem.data());
   return rows;
 }
 
@@ -492,8 +520,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") o.quick = true;
+    else if (a == "--only" && i + 1 < argc) o.sections = split_list(argv[++i]);
+    else if (a == "--moe-memory" && i + 1 < argc) o.moe_memory = split_list(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: flashtier-bench-exl3 [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: flashtier-bench-exl3 [--quick] [--only gemv,moe,prefill] "
+                   "[--moe-memory malloc,thp,4k,hugetlb,shm]\n");
       return 2;
     }
   }
@@ -525,10 +557,21 @@ int main(int argc, char** argv) {
         std::printf("  main loop K=%d MUL1 batch<=8 %s: %.2f SASS instructions per weight%s\n", K,
                     split ? "split-K" : "full-K", s.ipw, s.measured ? "" : " (est.)");
       }
-    const std::vector<GemvRow> gemv = bench_gemv(o, B);
+    const std::vector<GemvRow> gemv = o.wants("gemv") ? bench_gemv(o, B) : std::vector<GemvRow>{};
     double pcie = 0;
-    const std::vector<MoeRow> moe = bench_moe(o, B, &pcie);
-    const std::vector<PrefillRow> pre = bench_prefill(o);
+    std::vector<MoeRow> moe;
+    if (o.wants("moe"))
+      for (size_t m = 0; m < o.moe_memory.size(); ++m) {
+        try {
+          double p = 0;
+          const std::vector<MoeRow> r = bench_moe(o, B, o.moe_memory[m], m == 0, &p);
+          moe.insert(moe.end(), r.begin(), r.end());
+          if (m == 0) pcie = p;
+        } catch (const std::runtime_error& e) {
+          std::printf("[%s] skipped: %s\n", o.moe_memory[m].c_str(), e.what());
+        }
+      }
+    const std::vector<PrefillRow> pre = o.wants("prefill") ? bench_prefill(o) : std::vector<PrefillRow>{};
 
     std::printf("\n## EXL3 GPU benchmark (%s)\n\n", dev.name.c_str());
     std::printf("Bounds measured in this run: HBM read **%.0f GB/s**, PCIe read of mapped host memory **%.1f GB/s**, "

@@ -16,8 +16,17 @@ constexpr int kProbeStages = 4;
 constexpr int kChunksPerLane = 4;  // 2 KB per warp per stage, as a K = 4 stage of the kernels
 
 // Each warp streams its own contiguous 2 KB pieces through a private cp.async ring and folds
-// one word per stage so nothing is dead.
-__global__ void __launch_bounds__(kProbeWarps * 32) read_probe_kernel(const uint4* p, size_t n_pieces, unsigned* out) {
+// one word per stage so nothing is dead. Pieces go out in address order, or (run_shift ≥ 0) in
+// runs of 2^run_shift adjacent pieces whose order is scrambled by an odd multiplier modulo the
+// (power-of-two) run count: the same bytes, with concurrent warps on far-apart pages.
+__device__ __forceinline__ size_t probe_piece(size_t i, int run_shift, size_t run_mask) {
+  if (run_shift < 0) return i;
+  const size_t run = i >> run_shift, within = i & ((size_t{1} << run_shift) - 1);
+  return ((run * 0x9E3779B97F4A7C15ull) & run_mask) << run_shift | within;
+}
+
+__global__ void __launch_bounds__(kProbeWarps * 32)
+    read_probe_kernel(const uint4* p, size_t n_pieces, int run_shift, size_t run_mask, unsigned* out) {
   __shared__ __align__(16) uint4 ring[kProbeWarps][kProbeStages][32 * kChunksPerLane];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const size_t gw = blockIdx.x * static_cast<size_t>(kProbeWarps) + warp;
@@ -26,7 +35,8 @@ __global__ void __launch_bounds__(kProbeWarps * 32) read_probe_kernel(const uint
   auto issue = [&](size_t piece, int slot) {
     if (piece < n_pieces)
       for (int j = 0; j < kChunksPerLane; ++j)
-        cp_async16(&ring[warp][slot][j * 32 + lane], p + piece * 32 * kChunksPerLane + j * 32 + lane);
+        cp_async16(&ring[warp][slot][j * 32 + lane],
+                   p + probe_piece(piece, run_shift, run_mask) * 32 * kChunksPerLane + j * 32 + lane);
     cp_async_commit();
   };
   size_t piece = gw;
@@ -53,8 +63,22 @@ __global__ void spin_kernel(long long cycles, unsigned long long* out) {
 }  // namespace
 
 double exl3_read_gbs(const void* p, size_t bytes, int reps, int ctas_per_sm) {
+  return exl3_read_scattered_gbs(p, bytes, 0, reps, ctas_per_sm);
+}
+
+double exl3_read_scattered_gbs(const void* p, size_t bytes, size_t run_bytes, int reps, int ctas_per_sm) {
   const size_t piece = 32 * kChunksPerLane * 16;
-  const size_t n = bytes / piece;
+  size_t n = bytes / piece;
+  int run_shift = -1;
+  size_t run_mask = 0;
+  if (run_bytes > 0) {
+    run_shift = 0;
+    while ((piece << (run_shift + 1)) <= run_bytes) ++run_shift;
+    size_t runs = 1;
+    while ((runs << 1) <= (n >> run_shift)) runs <<= 1;
+    run_mask = runs - 1;
+    n = runs << run_shift;
+  }
   unsigned* out = nullptr;
   FT_CUDA_CHECK(cudaMalloc(&out, 4));
   cudaEvent_t a, b;
@@ -64,7 +88,7 @@ double exl3_read_gbs(const void* p, size_t bytes, int reps, int ctas_per_sm) {
   double best = 0;
   for (int it = 0; it <= reps; ++it) {
     FT_CUDA_CHECK(cudaEventRecord(a));
-    read_probe_kernel<<<grid, kProbeWarps * 32>>>(static_cast<const uint4*>(p), n, out);
+    read_probe_kernel<<<grid, kProbeWarps * 32>>>(static_cast<const uint4*>(p), n, run_shift, run_mask, out);
     FT_CUDA_CHECK_LAUNCH();
     FT_CUDA_CHECK(cudaEventRecord(b));
     FT_CUDA_CHECK(cudaEventSynchronize(b));
