@@ -74,6 +74,9 @@ void SegmentExperts::validate(const ipc::ExpertBatch& b) const {
     throw Error("layer " + std::to_string(b.layer) + " is out of range (the model has " +
                 std::to_string(info_.n_layers) + " layers)");
   if (seg_.moe_index(b.layer) < 0) throw Error("layer " + std::to_string(b.layer) + " is not an MoE layer");
+  if (b.flags & ~ipc::kBatchKnownFlags)
+    throw Error("batch flags " + std::to_string(b.flags) + " carry bits this worker does not know (it knows " +
+                std::to_string(ipc::kBatchF16Operands) + ": fp16 operands)");
   if (b.n_tokens > 0 && (!b.x || (b.slots > 0 && (!b.expert_ids || !b.weights))))
     throw Error("batch without data");
   const uint64_t n = uint64_t{b.n_tokens} * b.slots;
@@ -204,7 +207,8 @@ void SegmentExperts::compute_exl3(const ipc::ExpertBatch& b, float* out) {
   tasks_.clear();
   for (const Group& g : groups_)
     tasks_.push_back({seg_.block_data(*g.block), task_rows_.data() + g.p0, task_weights_.data() + g.p0, g.n});
-  runner_.forward(tasks_.data(), static_cast<int>(tasks_.size()), b.x, b.n_tokens, out);
+  runner_.forward(tasks_.data(), static_cast<int>(tasks_.size()), b.x, b.n_tokens, out,
+                  b.flags & ipc::kBatchF16Operands ? exl3::Operands::F16Rows : exl3::Operands::F32);
 }
 
 void SegmentExperts::compute(const ipc::ExpertBatch& b, float* out) {

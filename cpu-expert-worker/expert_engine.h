@@ -29,7 +29,9 @@ class ExpertEngine {
 // in ascending expert id order exactly as shared/engine/local_experts.cpp does. Work is split by
 // expert and output rows, never across a dot product, so a token's result is the same bits whatever
 // else is in the batch. Dense layers run the kernels of dense_kernel.h; EXL3 layers the exl3 area's
-// ExpertRunner on its packed blocks (tasks in ascending expert order, which is its summation order).
+// ExpertRunner on its packed blocks (tasks in ascending expert order, which is its summation order),
+// with the GPU's fp16 operand rounding when the batch carries ipc::kBatchF16Operands (dense layers
+// have no such mode: the flag does not change them).
 class SegmentExperts : public ExpertEngine {
  public:
   // `threads` participants in the pool (the calling thread included).

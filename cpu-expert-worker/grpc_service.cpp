@@ -52,6 +52,7 @@ void ExpertTierService::answer(const pb::ExpertRequest& req, pb::ExpertResponse&
     b.layer = req.layer();
     b.n_tokens = static_cast<uint32_t>(n);
     b.slots = static_cast<uint32_t>(slots);
+    b.flags = req.flags();
     b.hidden = D;
     b.x = reinterpret_cast<const float*>(req.hidden().data());  // protobuf strings are malloc-aligned
     b.expert_ids = req.expert_ids().data();

@@ -84,13 +84,13 @@ Row measure(RemoteExperts& r, const std::string& transport, uint32_t hidden, int
             std::chrono::microseconds gap) {
   std::vector<float> x(static_cast<size_t>(tokens) * hidden, 0.5f), out(x.size());
   std::vector<Routing> routes(static_cast<size_t>(tokens), Routing{{0, 1, 2, 3, 4, 5, 6, 7}, std::vector<float>(8, 1.0f)});
-  for (int i = 0; i < 200; ++i) r.compute(0, x.data(), tokens, routes, out.data());
+  for (int i = 0; i < 200; ++i) r.compute(0, x.data(), tokens, routes, out.data(), ft::exl3::Operands::F32);
   std::vector<double> us;
   us.reserve(static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i) {
     if (gap.count()) std::this_thread::sleep_for(gap);
     const auto t0 = clk::now();
-    r.compute(0, x.data(), tokens, routes, out.data());
+    r.compute(0, x.data(), tokens, routes, out.data(), ft::exl3::Operands::F32);
     us.push_back(std::chrono::duration<double, std::micro>(clk::now() - t0).count());
   }
   char payload[96];

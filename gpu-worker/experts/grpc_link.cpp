@@ -139,6 +139,7 @@ void GrpcLink::call(const ipc::ExpertBatch& b, float* out) {
   req_.set_layer(b.layer);
   req_.set_n_tokens(b.n_tokens);
   req_.set_slots(b.slots);
+  req_.set_flags(b.flags);
   const uint64_t act = uint64_t{b.n_tokens} * b.hidden, route = uint64_t{b.n_tokens} * b.slots;
   req_.set_hidden(reinterpret_cast<const char*>(b.x), act * 4);
   req_.mutable_expert_ids()->Add(b.expert_ids, b.expert_ids + route);

@@ -117,7 +117,8 @@ bool RemoteExperts::healthy() {
   }
 }
 
-void RemoteExperts::compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out) {
+void RemoteExperts::compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out,
+                            exl3::Operands operands) {
   std::lock_guard<std::mutex> lk(mu_);
   connect_locked();
   if (static_cast<int64_t>(routes.size()) < n)
@@ -139,6 +140,7 @@ void RemoteExperts::compute(int64_t layer, const float* a, int64_t n, const std:
   b.layer = static_cast<uint32_t>(layer);
   b.n_tokens = static_cast<uint32_t>(n);
   b.slots = static_cast<uint32_t>(slots);
+  b.flags = operands == exl3::Operands::F16Rows ? ipc::kBatchF16Operands : 0u;
   b.hidden = link_->info().hidden;
   b.x = a;
   b.expert_ids = ids_.data();

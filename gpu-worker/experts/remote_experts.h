@@ -53,7 +53,8 @@ class RemoteExperts : public ExpertBackend {
 
   // a: [n, hidden]; out: [n, hidden] ← Σ_k w_k·Expert_k(a_t). Throws ft::Error when the tier is
   // unavailable, times out, or rejects the batch.
-  void compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out) override;
+  void compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out,
+               exl3::Operands operands) override;
 
   // Connects if not connected; throws ft::Error with the reason when the tier is unavailable.
   void connect();

@@ -7,7 +7,10 @@
 
 namespace ft {
 
-void LocalExperts::compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out) {
+void LocalExperts::compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out,
+                           exl3::Operands operands) {
+  if (operands != exl3::Operands::F32)
+    throw Error("in-process reference experts compute fp32 operands only (layer " + std::to_string(layer) + ")");
   const ModelConfig& c = w_.cfg;
   const MoeWeights& moe = *w_.layers[layer].moe;
   if (moe.experts.empty()) throw Error("routed experts of layer " + std::to_string(layer) + " were not loaded");

@@ -8,7 +8,9 @@ namespace ft {
 class LocalExperts : public ExpertBackend {
  public:
   explicit LocalExperts(const ModelWeights& w) : w_(w) {}
-  void compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out) override;
+  // Dense fp32 weights: F32 operands only.
+  void compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out,
+               exl3::Operands operands) override;
 
  private:
   const ModelWeights& w_;

@@ -179,7 +179,7 @@ void ReferenceEngine::mlp_layer(int64_t l, const float* A, int64_t n, float* O, 
     routes[t] = route(rp, A + t * D);
     if (obs) obs->on_routing(l, where[t].first, where[t].second, routes[t]);
   }
-  experts_->compute(l, A, n, routes, O);
+  experts_->compute(l, A, n, routes, O, exl3::Operands::F32);
   const int64_t Is = c.moe_intermediate_size * c.n_shared_experts;
   std::vector<float> scratch(2 * Is), y(D);
   for (int64_t t = 0; t < n; ++t) {

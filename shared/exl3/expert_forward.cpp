@@ -31,6 +31,11 @@ void output_block(float* z, const uint16_t* svh) {
   for (int k = 0; k < kChunk; ++k) z[k] *= f16_to_f32(svh[k]);
 }
 
+// F16Rows: the row's output factor, after svh (the GPU kernels' order).
+void scale_block(float* z, float row_scale) {
+  for (int k = 0; k < kChunk; ++k) z[k] *= row_scale;
+}
+
 }  // namespace
 
 // Per-batch bookkeeping, reused between calls to avoid allocations on the hot path.
@@ -42,6 +47,7 @@ struct ExpertRunner::Plan {
     float* gu[2];   // gate/up outputs after their output transform, [n][Ip]
     float* xd;      // down input after SwiGLU and the down input transform, [n][Ip]
     float* y;       // down output, [n][Dp]
+    float* rs[3];   // F16Rows: each row's output factor 2^−e per projection, [n]
   };
   struct Entry {
     int task, row;
@@ -50,7 +56,7 @@ struct ExpertRunner::Plan {
   std::vector<Task> tasks;
   std::vector<int64_t> token_begin;  // CSR over tokens → entries, in task order
   std::vector<Entry> entries;
-  std::unique_ptr<Counter[]> gu_done, down_done;
+  std::unique_ptr<Counter[]> gu_done, down_done, xd_done;
   size_t counters = 0;
   float* scratch = nullptr;
   size_t scratch_floats = 0;
@@ -70,11 +76,13 @@ struct ExpertRunner::Plan {
     if (n > counters) {
       gu_done.reset(new Counter[n]);
       down_done.reset(new Counter[n]);
+      xd_done.reset(new Counter[n]);
       counters = n;
     }
     for (size_t i = 0; i < n; ++i) {
       gu_done[i].v.store(0, std::memory_order_relaxed);
       down_done[i].v.store(0, std::memory_order_relaxed);
+      xd_done[i].v.store(0, std::memory_order_relaxed);
     }
   }
 };
@@ -86,7 +94,9 @@ ExpertRunner::ExpertRunner(ThreadPool& pool, float swiglu_limit, SimdPath path)
 
 ExpertRunner::~ExpertRunner() = default;
 
-void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, int64_t T, float* out) {
+void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, int64_t T, float* out,
+                           Operands operands) {
+  const bool f16 = operands == Operands::F16Rows;
   Plan& P = *plan_;
   P.tasks.clear();
   if (ntasks == 0) {
@@ -98,7 +108,7 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
   const int64_t dchunks = Dp / kChunk, ichunks = Ip / kChunk;
 
   size_t total = 0;
-  for (int e = 0; e < ntasks; ++e) total += static_cast<size_t>(tasks[e].n) * (3 * Dp + 3 * Ip);
+  for (int e = 0; e < ntasks; ++e) total += static_cast<size_t>(tasks[e].n) * (3 * Dp + 3 * Ip + 3);
   float* s = P.reserve(total);
   for (int e = 0; e < ntasks; ++e) {
     Plan::Task t;
@@ -111,6 +121,7 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
     for (int p = 0; p < 2; ++p) t.gu[p] = s, s += n * Ip;
     t.xd = s, s += n * Ip;
     t.y = s, s += n * Dp;
+    for (int p = 0; p < 3; ++p) t.rs[p] = s, s += n;
     P.tasks.push_back(t);
   }
   P.token_begin.assign(static_cast<size_t>(T + 1), 0);
@@ -130,7 +141,8 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
   }
   P.reset_counters(static_cast<size_t>(std::max<int64_t>(ntasks * ichunks, dchunks)));
 
-  // Job 1: gather each row and apply the gate/up input transforms ((x ⊙ suh)·Ĥ).
+  // Job 1: gather each row and apply the gate/up input transforms ((x ⊙ suh)·Ĥ, then the GPU's
+  // fp16 rounding for F16Rows).
   std::vector<std::pair<int, int>> rows;  // (task, row) per item pair
   for (int e = 0; e < ntasks; ++e)
     for (int i = 0; i < tasks[e].n; ++i) rows.push_back({e, i});
@@ -144,10 +156,12 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
     for (int64_t k = 0; k < D; ++k) dst[k] = src[k] * f16_to_f32(suh[k]);
     for (int64_t k = D; k < Dp; ++k) dst[k] = 0.0f;
     hadamard_blocks(dst, Dp);
+    if (f16) t.rs[p][i] = round_row_to_f16(dst, Dp);
   });
 
   // Job 2: gate and up, one 128-column block each; the second finisher of a block applies
-  // SwiGLU and the down input transform to it.
+  // SwiGLU and the down input transform to it. For F16Rows the rounding of a down input row needs
+  // the whole row: the expert's last block to finish rounds its rows.
   const float limit = limit_;
   const SimdPath path = path_;
   pool_.parallel_for(static_cast<int>(ntasks * ichunks * 2), [&](int item, int) {
@@ -158,7 +172,10 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
     const int n = t.src->n;
     float* z = t.gu[p] + c * kChunk;
     matmul_pairs(path, t.view.proj[p], 4 * c, 4, t.xin[p], Dp, n, z, Ip);
-    for (int r = 0; r < n; ++r) output_block(z + r * Ip, t.view.svh[p] + c * kChunk);
+    for (int r = 0; r < n; ++r) {
+      output_block(z + r * Ip, t.view.svh[p] + c * kChunk);
+      if (f16) scale_block(z + r * Ip, t.rs[p][r]);
+    }
     if (P.gu_done[e * ichunks + c].v.fetch_add(1, std::memory_order_acq_rel) != 1) return;
     float suh[kChunk];
     f16_row(t.view.suh[kDown] + c * kChunk, kChunk, suh);
@@ -168,6 +185,8 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
       for (int k = 0; k < kChunk; ++k) h[k] *= suh[k];
       hadamard128(h);
     }
+    if (!f16 || P.xd_done[e].v.fetch_add(1, std::memory_order_acq_rel) != ichunks - 1) return;
+    for (int r = 0; r < n; ++r) t.rs[kDown][r] = round_row_to_f16(t.xd + r * Ip, Ip);
   });
 
   // Job 3: down, one 128-column block per item; the last finisher of a column block sums the
@@ -179,7 +198,10 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
     const int n = t.src->n;
     float* z = t.y + c * kChunk;
     matmul_pairs(path, t.view.proj[kDown], 4 * c, 4, t.xd, Ip, n, z, Dp);
-    for (int r = 0; r < n; ++r) output_block(z + r * Dp, t.view.svh[kDown] + c * kChunk);
+    for (int r = 0; r < n; ++r) {
+      output_block(z + r * Dp, t.view.svh[kDown] + c * kChunk);
+      if (f16) scale_block(z + r * Dp, t.rs[kDown][r]);
+    }
     if (P.down_done[c].v.fetch_add(1, std::memory_order_acq_rel) != ntasks - 1) return;
     const int64_t k0 = c * kChunk, k1 = std::min<int64_t>(D, k0 + kChunk);
     for (int64_t tok = 0; tok < T; ++tok) {
@@ -204,7 +226,7 @@ void expert_forward(const uint8_t* block, const float* x, int n, float* out, Thr
 }
 
 void expert_forward_reference(const Exl3Linear& gate, const Exl3Linear& up, const Exl3Linear& down, int64_t hidden,
-                              int64_t inter, float swiglu_limit, const float* x, int n, float* out) {
+                              int64_t inter, float swiglu_limit, const float* x, int n, float* out, Operands operands) {
   const int64_t Dp = pad128(hidden), Ip = pad128(inter);
   std::vector<float> wg(Dp * Ip), wu(Dp * Ip), wd(Ip * Dp);
   decode_trellis_f32(gate.trellis, Dp, Ip, gate.K, gate.codebook, wg.data());
@@ -213,10 +235,10 @@ void expert_forward_reference(const Exl3Linear& gate, const Exl3Linear& up, cons
   std::vector<float> xp(Dp, 0.0f), g(Ip), u(Ip), h(Ip), y(Dp);
   for (int r = 0; r < n; ++r) {
     std::copy(x + r * hidden, x + (r + 1) * hidden, xp.begin());
-    forward_reference(gate, wg.data(), xp.data(), 1, g.data());
-    forward_reference(up, wu.data(), xp.data(), 1, u.data());
+    forward_reference(gate, wg.data(), xp.data(), 1, g.data(), operands);
+    forward_reference(up, wu.data(), xp.data(), 1, u.data(), operands);
     swiglu_clamped(g.data(), u.data(), Ip, swiglu_limit, h.data());
-    forward_reference(down, wd.data(), h.data(), 1, y.data());
+    forward_reference(down, wd.data(), h.data(), 1, y.data(), operands);
     std::copy(y.begin(), y.begin() + hidden, out + r * hidden);
   }
 }

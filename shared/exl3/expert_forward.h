@@ -15,6 +15,7 @@
 
 #include "shared/exl3/exl3_linear.h"
 #include "shared/exl3/kernels.h"
+#include "shared/exl3/operands.h"
 #include "shared/exl3/thread_pool.h"
 
 namespace ft::exl3 {
@@ -36,7 +37,10 @@ class ExpertRunner {
   // order) of weight · expert(x[row]); rows no task names get 0 (with no tasks at all, out is left
   // alone: D is unknown). All tasks must share D and the intermediate size. One call at a time per
   // runner (and per pool); a row's result has the same bits whatever else is in the batch.
-  void forward(const ExpertTask* tasks, int ntasks, const float* x, int64_t T, float* out);
+  // operands: how each projection's transformed input enters its matmul (operands.h); F16Rows
+  // gives the GPU grouped kernel's sums up to accumulation order.
+  void forward(const ExpertTask* tasks, int ntasks, const float* x, int64_t T, float* out,
+               Operands operands = Operands::F32);
 
   SimdPath path() const { return path_; }
 
@@ -52,8 +56,9 @@ class ExpertRunner {
 void expert_forward(const uint8_t* block, const float* x, int n, float* out, ThreadPool& pool, float swiglu_limit,
                     SimdPath path = best_simd_path());
 
-// Reference: the same expert from its three linears with forward_reference (fp32), for tests.
+// Reference: the same expert from its three linears with forward_reference, for tests.
 void expert_forward_reference(const Exl3Linear& gate, const Exl3Linear& up, const Exl3Linear& down, int64_t hidden,
-                              int64_t inter, float swiglu_limit, const float* x, int n, float* out);
+                              int64_t inter, float swiglu_limit, const float* x, int n, float* out,
+                              Operands operands = Operands::F32);
 
 }  // namespace ft::exl3

@@ -56,11 +56,13 @@ void output_transform(float* z, const float* svh, const float* bias, int64_t out
     for (int64_t c = 0; c < out_p; ++c) z[c] += bias[c];
 }
 
-void forward_reference(const Exl3Linear& q, const float* wq, const float* x, int64_t rows, float* y) {
+void forward_reference(const Exl3Linear& q, const float* wq, const float* x, int64_t rows, float* y,
+                       Operands operands) {
   const int64_t in = q.in_p, out = q.out_p;
   std::vector<float> xh(static_cast<size_t>(in));
   for (int64_t n = 0; n < rows; ++n) {
     input_transform(x + n * in, q.suh.data(), in, xh.data());
+    const float row_scale = operands == Operands::F16Rows ? round_row_to_f16(xh.data(), in) : 1.0f;
     float* z = y + n * out;
     for (int64_t c = 0; c < out; ++c) z[c] = 0.0f;
     for (int64_t r = 0; r < in; ++r) {
@@ -68,7 +70,12 @@ void forward_reference(const Exl3Linear& q, const float* wq, const float* x, int
       const float* wr = wq + r * out;
       for (int64_t c = 0; c < out; ++c) z[c] += xr * wr[c];
     }
-    output_transform(z, q.svh.data(), q.bias.empty() ? nullptr : q.bias.data(), out);
+    if (operands == Operands::F16Rows) {
+      output_transform(z, q.svh.data(), nullptr, out);
+      for (int64_t c = 0; c < out; ++c) z[c] = z[c] * row_scale + (q.bias.empty() ? 0.0f : q.bias[c]);
+    } else {
+      output_transform(z, q.svh.data(), q.bias.empty() ? nullptr : q.bias.data(), out);
+    }
   }
 }
 

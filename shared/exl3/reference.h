@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "shared/exl3/exl3_linear.h"
+#include "shared/exl3/operands.h"
 
 namespace ft::exl3 {
 
@@ -17,7 +18,10 @@ std::vector<float> dense_weight(const Exl3Linear& q, int64_t out, int64_t in);
 
 // x: [rows][in_p] → y: [rows][out_p], fp32: suh, 128-point Hadamard, Wq (decoded, fp32 FMA in
 // ascending input order), Hadamard, svh, bias. `wq` is the decoded trellis [in_p][out_p].
-void forward_reference(const Exl3Linear& q, const float* wq, const float* x, int64_t rows, float* y);
+// F16Rows rounds each row's transformed input as operands.h says and scales its outputs back
+// (·2^−e after svh, before bias: the GPU kernels' order).
+void forward_reference(const Exl3Linear& q, const float* wq, const float* x, int64_t rows, float* y,
+                       Operands operands = Operands::F32);
 
 // Input side alone: xh = ((x ⊙ suh)·Ĥ) for one row of in_p values.
 void input_transform(const float* x, const float* suh, int64_t in_p, float* xh);

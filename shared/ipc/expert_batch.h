@@ -8,6 +8,11 @@
 
 namespace ft::ipc {
 
+// ExpertBatch::flags
+constexpr uint32_t kBatchF16Operands = 1u;  // EXL3 layers: round each projection's transformed input
+                                            // as the GPU's kernels do (shared/exl3/operands.h F16Rows)
+constexpr uint32_t kBatchKnownFlags = kBatchF16Operands;
+
 struct ExpertBatch {
   uint32_t layer = 0;     // model layer index (not the index among MoE layers)
   uint32_t n_tokens = 0;
@@ -16,6 +21,7 @@ struct ExpertBatch {
   const float* x = nullptr;             // [n_tokens, hidden]
   const int32_t* expert_ids = nullptr;  // [n_tokens, slots]
   const float* weights = nullptr;       // [n_tokens, slots]
+  uint32_t flags = 0;                   // kBatch*: 0 is the fp32 reference math
 };
 
 // What a client must know about the tier before sending batches.

@@ -163,6 +163,7 @@ void RingClient::call_piece(const ExpertBatch& b, float* out) {
   c.layer = b.layer;
   c.n_tokens = b.n_tokens;
   c.slots = b.slots;
+  c.flags = b.flags;
   c.seq = ++seq_;
   c.error_len = 0;
   c.state.store(Request, std::memory_order_seq_cst);

@@ -65,7 +65,7 @@ struct ChannelCtl {
   alignas(64) std::atomic<uint32_t> state;
   std::atomic<uint32_t> client_waiting;
   uint64_t seq;  // request number, echoed in done_seq
-  uint32_t layer, n_tokens, slots, reserved0;
+  uint32_t layer, n_tokens, slots, flags;  // flags: ExpertBatch::flags (0 from older clients)
   alignas(64) uint64_t done_seq;
   uint32_t error_len, reserved1;
   char error[kErrorBytes];

@@ -155,6 +155,7 @@ bool RingServer::serve_pending() {
     b.layer = c.layer;
     b.n_tokens = c.n_tokens;
     b.slots = c.slots;
+    b.flags = c.flags;
     b.hidden = h.hidden;
     b.x = reinterpret_cast<const float*>(p + pl.x);
     b.expert_ids = reinterpret_cast<const int32_t*>(p + pl.ids);

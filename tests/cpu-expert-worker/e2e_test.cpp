@@ -18,6 +18,7 @@
 #include "shared/engine/reference_engine.h"
 #include "shared/ipc/ring_server.h"
 #include "shared/ipc/shm.h"
+#include "shared/model/config.h"
 #include "shared/model/safetensors.h"
 #include "shared/model/tensor_convert.h"
 #include "tests/cpu-expert-worker/test_models.h"
@@ -153,6 +154,38 @@ TEST(EndToEndExl3, Exl3ExpertsThroughTheRing) {
   ipc::RingServer::remove(ring);
 }
 
+// The GPU's operand rounding (exl3/operands.h F16Rows), asked for by the tier split, reaches the
+// worker over both transports: the same bits over shm and gRPC, and not the fp32 result.
+TEST(EndToEndExl3, F16OperandsReachTheWorkerOverRingAndGrpc) {
+  test::TempDir tmp;
+  const std::string segment = test::unique_name("e2e-f16"), ring = segment + "-ring";
+  Worker worker(segment, ring, tmp.path(), test::tiny_exl3());
+  const nlohmann::json ready = worker.wait_ready();
+  const std::string grpc = "127.0.0.1:" + std::to_string(ready["grpc_port"].get<int>());
+  const ModelConfig cfg = load_config(test::tiny_exl3());
+  int64_t layer = 0;
+  while (!cfg.is_moe(layer)) ++layer;
+  const int64_t D = cfg.hidden_size, n = 3;
+  std::vector<float> x(static_cast<size_t>(n * D));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 2.0f;
+  std::vector<Routing> routes(static_cast<size_t>(n), Routing{{0, 3, 5, 7}, {0.5f, 0.25f, 0.75f, 1.0f}});
+  routes[1] = Routing{{1, 2, 6, 7}, {1.0f, 0.5f, 0.5f, 0.25f}};
+  std::vector<std::vector<float>> got;
+  for (const std::string& addr : {"shm:" + ring, "grpc:" + grpc})
+    for (exl3::Operands op : {exl3::Operands::F16Rows, exl3::Operands::F32}) {
+      auto remote = RemoteExperts::create(addr, RemoteExpertsOptions::for_model(cfg));
+      got.emplace_back(x.size());
+      remote->compute(layer, x.data(), n, routes, got.back().data(), op);
+    }
+  EXPECT_EQ(got[0], got[2]) << "fp16 operands: shm and gRPC differ";
+  EXPECT_EQ(got[1], got[3]) << "fp32 operands: shm and gRPC differ";
+  const double e = rel_l2(got[0], got[1]);
+  EXPECT_GT(e, 1e-5) << "the flag did not change the result";
+  EXPECT_LT(e, 1e-2);
+  ipc::ShmMapping::remove(segment);
+  ipc::RingServer::remove(ring);
+}
+
 // Eight sequences decoded together give each one the same logits, bit for bit, as alone.
 TEST_F(EndToEnd, ResultsDoNotDependOnTheBatch) {
   auto remote = RemoteExperts::create("shm:" + ring);
@@ -192,7 +225,7 @@ TEST_F(EndToEnd, KilledWorkerFailsTheStreamAndItsRestartReattaches) {
   std::vector<float> before(x.size()), after(x.size());
   for (const std::string& addr : {"grpc:" + grpc, "shm:" + ring}) {
     auto remote = RemoteExperts::create(addr, RemoteExpertsOptions::for_model(w.cfg));
-    remote->compute(3, x.data(), 4, routes, before.data());
+    remote->compute(3, x.data(), 4, routes, before.data(), exl3::Operands::F32);
     // Requests keep flowing while the worker is killed: one of them fails, none hangs.
     std::atomic<bool> failed{false};
     std::string error;
@@ -201,7 +234,7 @@ TEST_F(EndToEnd, KilledWorkerFailsTheStreamAndItsRestartReattaches) {
       std::vector<float> out(x.size());
       while (!failed && clk::now() - t0 < 10s) {
         try {
-          remote->compute(3, x.data(), 4, routes, out.data());
+          remote->compute(3, x.data(), 4, routes, out.data(), exl3::Operands::F32);
         } catch (const Error& e) {
           error = e.what();
           failed = true;
@@ -217,7 +250,7 @@ TEST_F(EndToEnd, KilledWorkerFailsTheStreamAndItsRestartReattaches) {
                 std::chrono::duration<double, std::milli>(clk::now() - killed).count(), error.c_str());
     EXPECT_EQ(worker->proc().wait(5s), 128 + SIGKILL);  // a launcher restarts once it has reaped the old one
     EXPECT_FALSE(remote->connected());
-    EXPECT_THROW(remote->compute(3, x.data(), 4, routes, after.data()), Error) << "worker is down";
+    EXPECT_THROW(remote->compute(3, x.data(), 4, routes, after.data(), exl3::Operands::F32), Error) << "worker is down";
 
     // Restarted on the same address, as a launcher does.
     worker = std::make_unique<Worker>(segment, ring, tmp.path(), test::tiny_chat(), grpc);
@@ -229,7 +262,7 @@ TEST_F(EndToEnd, KilledWorkerFailsTheStreamAndItsRestartReattaches) {
     const auto t0 = clk::now();
     for (;;) {
       try {
-        remote->compute(3, x.data(), 4, routes, after.data());
+        remote->compute(3, x.data(), 4, routes, after.data(), exl3::Operands::F32);
         break;
       } catch (const Error& e) {
         ASSERT_LT(clk::now() - t0, 5s) << "no reconnect: " << e.what();
@@ -276,7 +309,7 @@ TEST(RemoteExpertsStandalone, UnreachableTiersFailFast) {
     auto remote = RemoteExperts::create(addr);
     const auto t0 = clk::now();
     try {
-      remote->compute(3, x.data(), 1, routes, out.data());
+      remote->compute(3, x.data(), 1, routes, out.data(), exl3::Operands::F32);
       ADD_FAILURE() << addr << " answered";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("unavailable"), std::string::npos) << e.what();

@@ -83,7 +83,7 @@ void expect_matches_reference(const std::string& dir, double tol) {
     Batch b(8, tier.cfg, layer);
     std::vector<float> got(b.x.size()), want(b.x.size());
     eng.compute(b.view(layer), got.data());
-    local.compute(layer, b.x.data(), b.n, b.routes, want.data());
+    local.compute(layer, b.x.data(), b.n, b.routes, want.data(), exl3::Operands::F32);
     const double e = rel_l2(got, want);
     EXPECT_LT(e, tol) << dir << " layer " << layer;
     std::printf("%s layer %u: rel_l2 vs LocalExperts %.3e\n", dir.substr(dir.rfind("fixtures")).c_str(), layer, e);
@@ -173,6 +173,9 @@ TEST(Engine, MalformedBatchesAreRejectedWithAReason) {
   expect_error(bad.view(3), "expert id 16 (token 0, slot 3) is out of range");
   bad.ids[3] = -2;
   expect_error(bad.view(3), "expert id -2");
+  v = b.view(3);
+  v.flags = 6;
+  expect_error(v, "batch flags 6 carry bits this worker does not know");
   // Still serving afterwards.
   eng.compute(b.view(3), out.data());
 }

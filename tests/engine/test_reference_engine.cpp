@@ -34,10 +34,11 @@ std::vector<float> last_row(const std::vector<float>& logits, int64_t V) {
 class CountingExperts : public ExpertBackend {
  public:
   explicit CountingExperts(const ModelWeights& w) : local_(w) {}
-  void compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& r, float* out) override {
+  void compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& r, float* out,
+               exl3::Operands operands) override {
     tokens += n;
     ++calls;
-    local_.compute(layer, a, n, r, out);
+    local_.compute(layer, a, n, r, out, operands);
   }
   int64_t tokens = 0, calls = 0;
 

@@ -109,11 +109,11 @@ TEST_P(ExpertPath, SingleExpertMatchesReference) {
 }
 
 // A layer-style batch: several experts, overlapping token sets, routing weights; the result is
-// the weighted sum in task order.
-TEST_P(ExpertPath, BatchOfExpertsMatchesReference) {
+// the weighted sum in task order, with the reference's operand rounding.
+std::vector<float> batch_of_experts(SimdPath path, Operands operands) {
   const Tiny& T = tiny();
   ThreadPool pool(3, false);
-  ExpertRunner runner(pool, 10.0f, GetParam());
+  ExpertRunner runner(pool, 10.0f, path);
   std::mt19937 rng(4);
   std::normal_distribution<float> nd;
   const int64_t tokens = 5;
@@ -132,17 +132,29 @@ TEST_P(ExpertPath, BatchOfExpertsMatchesReference) {
   for (int k = 0; k < 4; ++k)
     tasks.push_back({blocks[k].get(), rows[k].data(), w[k].data(), static_cast<int>(rows[k].size())});
   std::vector<float> got(tokens * T.D, 123.0f), want(tokens * T.D, 0.0f), y(T.D);
-  runner.forward(tasks.data(), 4, x.data(), tokens, got.data());
-  runner.forward(tasks.data(), 4, x.data(), tokens, got.data());  // reuse of the plan
+  runner.forward(tasks.data(), 4, x.data(), tokens, got.data(), operands);
+  runner.forward(tasks.data(), 4, x.data(), tokens, got.data(), operands);  // reuse of the plan
   for (int k = 0; k < 4; ++k) {
     const Exl3Linear g = T.lin(2, experts[k], kGate), u = T.lin(2, experts[k], kUp), d = T.lin(2, experts[k], kDown);
     for (size_t i = 0; i < rows[k].size(); ++i) {
-      expert_forward_reference(g, u, d, T.D, T.I, 10.0f, x.data() + rows[k][i] * T.D, 1, y.data());
+      expert_forward_reference(g, u, d, T.D, T.I, 10.0f, x.data() + rows[k][i] * T.D, 1, y.data(), operands);
       for (int64_t c = 0; c < T.D; ++c) want[rows[k][i] * T.D + c] += w[k][i] * y[c];
     }
   }
   for (int64_t c = 0; c < T.D; ++c) EXPECT_EQ(got[4 * T.D + c], 0.0f);
-  EXPECT_LT(rel_l2(got, want), 5e-6);
+  EXPECT_LT(rel_l2(got, want), 5e-6) << (operands == Operands::F16Rows ? "fp16 operands" : "fp32 operands");
+  return got;
+}
+
+TEST_P(ExpertPath, BatchOfExpertsMatchesReference) { batch_of_experts(GetParam(), Operands::F32); }
+
+// The GPU's operand rounding (what a CPU tier sharing a layer with the GPU runs): the reference
+// with the same rounding to accumulation order, and visibly not the fp32 result.
+TEST_P(ExpertPath, BatchOfExpertsWithF16OperandsMatchesItsReference) {
+  const std::vector<float> f16 = batch_of_experts(GetParam(), Operands::F16Rows);
+  const std::vector<float> f32 = batch_of_experts(GetParam(), Operands::F32);
+  EXPECT_GT(rel_l2(f16, f32), 1e-5) << "fp16 operand rounding had no effect";
+  EXPECT_LT(rel_l2(f16, f32), 1e-2);
 }
 
 // A row's result does not depend on what else is in the batch (row blocks of 8/4/2/1 sum in the

@@ -318,7 +318,8 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
       rt[t].experts.assign(ex.begin() + t * TK, ex.begin() + (t + 1) * TK);
       rt[t].weights.assign(wt.begin() + t * TK, wt.begin() + (t + 1) * TK);
     }
-    host_experts_->compute(l, host_a_.data(), N, rt, host_o_.data());
+    // All of the layer's experts on the tier: the reference math (nothing to agree with here).
+    host_experts_->compute(l, host_a_.data(), N, rt, host_o_.data(), exl3::Operands::F32);
     FT_CUDA_CHECK(cudaMemcpyAsync(b_.O, host_o_.data(), N * D * 4, cudaMemcpyHostToDevice, s));
   }
   mlp(m.shared, N, b_.O, LinearStore::Accumulate, "moe shared expert", s);

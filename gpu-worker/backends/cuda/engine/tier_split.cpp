@@ -111,7 +111,7 @@ double CpuTierSplit::time_cpu(int64_t layer, int tokens, int per_token) {
       r.weights.assign(r.experts.size(), 1.0f);
     }
     const auto t0 = clk::now();
-    cpu_.compute(layer, x.data(), tokens, rt, out.data());
+    cpu_.compute(layer, x.data(), tokens, rt, out.data(), exl3::Operands::F16Rows);
     if (rep > 0) best = std::min(best, us_since(t0));  // the first call connects and warms up
   }
   return best;
@@ -299,7 +299,8 @@ const int32_t* CpuTierSplit::split(int64_t layer, const int32_t* experts, const 
     queued_ = clk::now();
     cpu_started_ = true;
     helper_->start([this, layer, n_req, n_experts, cpu_extra] {
-      cpu_.compute(layer, req_x_.data(), n_req, req_routes_, y_h_);
+      // The GPU's operand rounding: the CPU share sums as the GPU's would (to accumulation order).
+      cpu_.compute(layer, req_x_.data(), n_req, req_routes_, y_h_, exl3::Operands::F16Rows);
       cpu_call_us_ = us_since(queued_);
       rates_.observe_cpu(n_experts, cpu_extra, cpu_call_us_);
     });

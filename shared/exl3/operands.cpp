@@ -1,0 +1,36 @@
+#include "shared/exl3/operands.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "shared/core/half.h"
+
+namespace ft::exl3 {
+
+namespace {
+float pow2(int e) {  // 2^e for e in [−126, 127], exactly
+  const uint32_t bits = static_cast<uint32_t>(127 + e) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+}  // namespace
+
+int f16_row_exponent(float m) {
+  if (!(m > 0.0f) || !std::isfinite(m)) return 0;
+  int E = 0;
+  std::frexp(m, &E);
+  const int e = 15 - E;
+  return e < 126 ? e : 126;
+}
+
+float round_row_to_f16(float* row, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(row[i]));  // fmax drops NaN, as the GPU's fmaxf
+  const int e = f16_row_exponent(m);
+  const float up = pow2(e);
+  for (int64_t i = 0; i < n; ++i) row[i] = f16_to_f32(f32_to_f16(row[i] * up));
+  return pow2(-e);
+}
+
+}  // namespace ft::exl3
