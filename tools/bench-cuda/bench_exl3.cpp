@@ -300,6 +300,7 @@ struct MoeRow {
   std::string where;
   int n, experts;
   double us, gbs, pct;
+  bool host = true;
 };
 
 // A block with a valid header, fp16 scales of a sane size and arbitrary trellis bits.
@@ -348,15 +349,37 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, const std::string&
   auto* vram = dev_alloc<unsigned char>(with_vram ? bytes : 1);
   if (with_vram) FT_CUDA_CHECK(cudaMemcpy(vram, host, bytes, cudaMemcpyHostToDevice));
   Exl3MoeLayer geo = exl3_moe_geometry(host, E);
-  std::vector<Exl3ExpertPtrs> th(E), tv(E);
+  std::vector<Exl3ExpertPtrs> th(E), tv(E), ts(E);
   for (int e = 0; e < E; ++e) {
     th[e] = exl3_expert_ptrs(host + e * h.block_bytes, static_cast<unsigned char*>(mapped) + e * h.block_bytes);
     tv[e] = exl3_expert_ptrs(host + e * h.block_bytes, with_vram ? vram + e * h.block_bytes : vram);
+    // Trellis over PCIe, the small suh/svh vectors from VRAM: do their latency-bound host reads
+    // (input transforms, each block's output transform) hold the kernel back?
+    ts[e] = th[e];
+    for (int p = 0; p < 3; ++p) ts[e].suh[p] = tv[e].suh[p], ts[e].svh[p] = tv[e].svh[p];
   }
   auto* dth = dev_alloc<Exl3ExpertPtrs>(E);
   auto* dtv = dev_alloc<Exl3ExpertPtrs>(E);
+  auto* dts = dev_alloc<Exl3ExpertPtrs>(E);
   FT_CUDA_CHECK(cudaMemcpy(dth, th.data(), E * sizeof(Exl3ExpertPtrs), cudaMemcpyHostToDevice));
   FT_CUDA_CHECK(cudaMemcpy(dtv, tv.data(), E * sizeof(Exl3ExpertPtrs), cudaMemcpyHostToDevice));
+  FT_CUDA_CHECK(cudaMemcpy(dts, ts.data(), E * sizeof(Exl3ExpertPtrs), cudaMemcpyHostToDevice));
+  // The committed configuration first, then (first backing only) variants that each change one
+  // thing: where the scales live, and whole-input items instead of split-K ones.
+  struct Variant {
+    std::string name;
+    const Exl3ExpertPtrs* table;
+    int split_picks;
+    bool host;
+  };
+  std::vector<Variant> variants = {{"mapped host (zero-copy, " + backing + ")", dth, -1, true}};
+  if (with_vram) {
+    variants.push_back({"VRAM", dtv, -1, false});
+    variants.push_back({"zero-copy, scales in VRAM", dts, -1, true});
+    variants.push_back({"zero-copy, whole-input items", dth, 0, true});
+    variants.push_back({"zero-copy, scales VRAM + whole-input", dts, 0, true});
+    variants.push_back({"VRAM, whole-input items", dtv, 0, false});
+  }
   const int64_t trellis_per_expert = 3 * D * I * 3 / 8;
   Timer tm;
   std::vector<MoeRow> rows;
@@ -400,8 +423,9 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, const std::string&
     double distinct = 0;
     for (int c = 0; c < calls; ++c) distinct += static_cast<double>(active[c].size());
     distinct /= calls;
-    for (int where = 0; where < (with_vram ? 2 : 1); ++where) {
-      geo.table = where == 0 ? dth : dtv;
+    for (const Variant& v : variants) {
+      geo.table = v.table;
+      geo.split_picks = v.split_picks;
       MoeRoutes r;
       r.expert = d_exp, r.weight = d_w, r.n = n, r.top_k = top_k;
       MoeDispatch d;
@@ -422,19 +446,21 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, const std::string&
         }
       }
       MoeRow row;
-      row.where = where == 0 ? "mapped host (zero-copy, " + backing + ")" : std::string("VRAM");
+      row.where = v.name;
+      row.host = v.host;
       row.n = n;
       row.experts = static_cast<int>(std::lround(distinct));
       row.us = total_us / calls;
       row.gbs = distinct * trellis_per_expert / (row.us * 1e3);
-      row.pct = 100 * row.gbs / (where == 0 ? *pcie_out : B.hbm);
+      row.pct = 100 * row.gbs / (v.host ? *pcie_out : B.hbm);
       rows.push_back(row);
-      std::printf("moe %-24s n=%d (%.1f experts): %9.1f us  %7.1f GB/s  %5.1f%% of %s\n", row.where.c_str(), n,
-                  distinct, row.us, row.gbs, row.pct, where == 0 ? "PCIe" : "HBM");
+      std::printf("moe %-38s n=%d (%.1f experts): %9.1f us  %7.1f GB/s  %5.1f%% of %s\n", row.where.c_str(), n,
+                  distinct, row.us, row.gbs, row.pct, v.host ? "PCIe" : "HBM");
       std::fflush(stdout);
     }
   }
-  for (void* p : {static_cast<void*>(vram), static_cast<void*>(dth), static_cast<void*>(dtv), static_cast<void*>(x),
+  for (void* p : {static_cast<void*>(vram), static_cast<void*>(dth), static_cast<void*>(dtv), static_cast<void*>(dts),
+                  static_cast<void*>(x),
                   static_cast<void*>(Y), static_cast<void*>(ws), static_cast<void*>(d_exp), static_cast<void*>(d_w),
                   static_cast<void*>(d_off), static_cast<void*>(d_sorted), static_cast<void*>(d_active),
                   static_cast<void*>(d_nact)})
@@ -588,7 +614,7 @@ int main(int argc, char** argv) {
     std::printf("|---|---|---|---|---|---|\n");
     for (const MoeRow& r : moe)
       std::printf("| %s | %d | %d | %.1f | %.1f | %.1f%% of %s |\n", r.where.c_str(), r.n, r.experts, r.us, r.gbs,
-                  r.pct, r.where == "VRAM" ? "HBM" : "PCIe");
+                  r.pct, r.host ? "PCIe" : "HBM");
     std::printf("\n### Prefill (exl3_linear, K 3 MUL1) vs cuBLASLt bf16 on the dense shape\n\n");
     std::printf("| shape | rows | µs | TFLOP/s | cuBLASLt bf16 TFLOP/s | %% |\n|---|---|---|---|---|---|\n");
     for (const PrefillRow& r : pre)

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(32) decode_wq_kernel(const uint32_t* trellis, 
 #pragma unroll
   for (int j = 0; j < K; ++j) {
     const uint32_t q = static_cast<uint32_t>(j * 32 + lane);
-    cp_async16(stage + staged_chunk<K>(q) * 4, from + q * 4);
+    cp_async16(stage + q * 4, from + staged_chunk<K>(q) * 4);
   }
   cp_async_commit();
   cp_async_wait<0>();

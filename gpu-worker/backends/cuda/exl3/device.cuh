@@ -66,8 +66,16 @@ struct LaneBits {
 // Shared-memory swizzle of a staged step: for word groups w with sw(w) = 1 the two tiles' 32-byte
 // halves of the 64-byte group trade places, which makes the lanes' word loads conflict-free for
 // K = 1…4 (and halves the conflicts for K = 5…8). Chosen by exhaustive search over all patterns.
+// Off: a cp.async whose 16-byte chunks do not keep their order and offset between a global
+// 128-byte line and shared memory is split into short L2 requests (Nsight Compute on the grouped
+// MoE kernel: 1.5 sectors per system-memory request with the swizzle, whichever side permutes,
+// against the read probe's 4), and over PCIe short reads cost a third of the link. Without it
+// some of the lanes' word loads conflict again, which cost nothing measurable: GEMV and VRAM
+// MoE times were unchanged (docs/perf.md "Zero-copy: where the PCIe bandwidth goes").
+constexpr bool kStageSwizzle = false;
 template <int K>
 __host__ __device__ constexpr int step_swizzle(int w) {
+  if constexpr (!kStageSwizzle) return 0;
   if constexpr (K == 3) return w == 2;
   if constexpr (K == 4) return w >= 2;
   if constexpr (K == 5) return w >= 2;
@@ -91,7 +99,8 @@ __host__ __device__ constexpr int packed_word(int j, int h) {
 }
 
 // 16-byte chunk q of a staged region (q counts chunks from a step boundary, steps 4K chunks
-// long) goes to chunk staged_chunk(q): the same swizzle at chunk granularity.
+// long) holds packed chunk staged_chunk(q): the same swizzle at chunk granularity, an involution
+// (it flips bit 1 of q inside an aligned group of 4 chunks).
 template <int K>
 __device__ __forceinline__ uint32_t staged_chunk(uint32_t q) {
   const uint32_t c = q % (4 * K);
@@ -229,6 +238,19 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0)
                : "memory");
 }
+// Dynamic shared memory starts after a kernel's static shared memory, 16-byte aligned. Trellis
+// stages must start on a 128-byte boundary: a cp.async whose shared destination is not at the
+// same offset inside its 128 bytes as its global source is split into 64-byte L2 requests
+// (Nsight Compute on the grouped MoE kernel: 2.0 sectors per system-memory request against the
+// read probe's 4), and over PCIe short read requests cost a third of the link. Kernels that
+// stage trellis take their dynamic shared memory through smem_align128 and launch with
+// kSmemAlignSlack more bytes.
+constexpr size_t kSmemAlignSlack = 128;
+__device__ __forceinline__ uint32_t* smem_align128(uint32_t* raw) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+  return raw + ((128u - (s & 127u)) & 127u) / 4;
+}
+
 // "memory": no shared-memory access may move across a copy, a commit or a wait.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>

@@ -25,7 +25,7 @@ template <int K>
 constexpr size_t gemm_smem_bytes() {
   const size_t stages = size_t{kGemmStages} * (gemm_w_dwords<K>() + kGemmXDwords) * 4;
   const size_t tile = size_t{64} * 128 * 4;  // the epilogue works on 64 rows at a time
-  return stages > tile ? stages : tile;
+  return (stages > tile ? stages : tile) + kSmemAlignSlack;
 }
 
 // Row n's 16-byte chunk c (c = 4·(32-input block) + lane quad) inside a staged x stage: odd rows
@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const Lin
   constexpr int kW = gemm_w_dwords<K>();
   constexpr int kStage = kW + kGemmXDwords;
   constexpr int kPairStage = kGemmSteps * kStep;  // one pair's dwords in a stage
-  extern __shared__ __align__(16) uint32_t smem[];
+  extern __shared__ __align__(16) uint32_t smem_raw[];
+  uint32_t* const smem = smem_align128(smem_raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int pw = warp & 3, th = warp >> 2;
   const int blk = static_cast<int>(blockIdx.x % p.nblk);
@@ -50,8 +51,9 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const Lin
     uint32_t* buf = smem + (s % kGemmStages) * kStage;
     for (int q = tid; q < 4 * kPairStage / 4; q += kGemmWarps * 32) {
       const int pp = q / (kPairStage / 4), qq = q - pp * (kPairStage / 4);
-      const uint32_t* src = p.trellis + (4 * blk + pp) * pair_dwords + static_cast<int64_t>(s) * kPairStage + qq * 4;
-      cp_async16(buf + pp * kPairStage + staged_chunk<K>(static_cast<uint32_t>(qq)) * 4, src);
+      const uint32_t* src = p.trellis + (4 * blk + pp) * pair_dwords + static_cast<int64_t>(s) * kPairStage +
+                            staged_chunk<K>(static_cast<uint32_t>(qq)) * 4;
+      cp_async16(buf + pp * kPairStage + qq * 4, src);
     }
     uint32_t* xb = buf + kW;
     for (int q = tid; q < kGemmRows * 8; q += kGemmWarps * 32) {

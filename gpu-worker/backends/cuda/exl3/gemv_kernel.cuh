@@ -34,12 +34,13 @@ template <int K, int NGMAX>
 constexpr size_t gemv_smem_bytes() {
   const size_t ring = size_t{kWarps} * ring_stages<K>() * stage_dwords<K>() * 4;
   const size_t tile = size_t{8} * NGMAX * 128 * 4;
-  return ring > tile ? ring : tile;
+  return (ring > tile ? ring : tile) + kSmemAlignSlack;
 }
 
 template <int K, int CB, int NGMAX, bool SPLIT>
 __global__ void __launch_bounds__(kWarps * 32) exl3_gemv_kernel(const LinearArgs p) {
-  extern __shared__ __align__(16) uint32_t smem[];
+  extern __shared__ __align__(16) uint32_t smem_raw[];
+  uint32_t* const smem = smem_align128(smem_raw);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   using WP = WarpPair<K, CB, NGMAX>;
   uint32_t* ring = smem + warp * WP::S * WP::kStage;

@@ -212,7 +212,7 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
   a.kc_steps = exl3_k_chunk(Dp, Ip) / 16;
   a.ld_out = Ip;
   a.by_pick = 0;
-  const bool split = P <= kSplitPicks;
+  const bool split = P <= (L.split_picks < 0 ? kSplitPicks : std::min<int64_t>(L.split_picks, kSplitPicks));
   a.P = P;
   a.counters = reinterpret_cast<int*>(base + w.counters);
   a.partials = reinterpret_cast<float*>(base + w.partials);

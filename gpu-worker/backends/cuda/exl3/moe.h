@@ -42,6 +42,9 @@ struct Exl3MoeLayer {
   ft::exl3::Codebook codebook[3] = {ft::exl3::Codebook::Mul1, ft::exl3::Codebook::Mul1, ft::exl3::Codebook::Mul1};
   int n_experts = 0;
   const Exl3ExpertPtrs* table = nullptr;  // device array [n_experts]
+  // Batches of at most this many picks split K over CTAs (−1: the default, 64; larger values
+  // are capped at it). Any value gives the same bits; it only moves work between CTAs.
+  int split_picks = -1;
 };
 
 // Geometry of a layer from one expert block (host view); throws ft::Error for a bad block.

@@ -42,13 +42,14 @@ template <int K>
 constexpr size_t moe_smem_bytes() {
   const size_t ring = size_t{kWarps} * ring_stages<K>() * stage_dwords<K>() * 4;
   const size_t tile = size_t{kMoeRows} * 128 * 4;
-  return ring > tile ? ring : tile;
+  return (ring > tile ? ring : tile) + kSmemAlignSlack;
 }
 
 template <int K, int CB>
 __global__ void __launch_bounds__(kWarps * 32) exl3_moe_kernel(const MoeArgs p) {
   constexpr int NG = kMoeRows / 8;
-  extern __shared__ __align__(16) uint32_t smem[];
+  extern __shared__ __align__(16) uint32_t smem_raw[];
+  uint32_t* const smem = smem_align128(smem_raw);
   __shared__ int s_pre[kMoeMaxExperts + 1];  // row batches before active expert i (exclusive scan)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   using WP = WarpPair<K, CB, NG>;
