@@ -1,20 +1,10 @@
 #include "shared/exl3/operands.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "shared/core/half.h"
 
 namespace ft::exl3 {
-
-namespace {
-float pow2(int e) {  // 2^e for e in [−126, 127], exactly
-  const uint32_t bits = static_cast<uint32_t>(127 + e) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-}  // namespace
 
 int f16_row_exponent(float m) {
   if (!(m > 0.0f) || !std::isfinite(m)) return 0;
@@ -28,9 +18,9 @@ float round_row_to_f16(float* row, int64_t n) {
   float m = 0.0f;
   for (int64_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(row[i]));  // fmax drops NaN, as the GPU's fmaxf
   const int e = f16_row_exponent(m);
-  const float up = pow2(e);
+  const float up = std::ldexp(1.0f, e);  // e ∈ [−113, 126]: exact
   for (int64_t i = 0; i < n; ++i) row[i] = f16_to_f32(f32_to_f16(row[i] * up));
-  return pow2(-e);
+  return std::ldexp(1.0f, -e);
 }
 
 }  // namespace ft::exl3

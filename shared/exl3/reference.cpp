@@ -70,11 +70,11 @@ void forward_reference(const Exl3Linear& q, const float* wq, const float* x, int
       const float* wr = wq + r * out;
       for (int64_t c = 0; c < out; ++c) z[c] += xr * wr[c];
     }
-    if (operands == Operands::F16Rows) {
-      output_transform(z, q.svh.data(), nullptr, out);
-      for (int64_t c = 0; c < out; ++c) z[c] = z[c] * row_scale + (q.bias.empty() ? 0.0f : q.bias[c]);
-    } else {
-      output_transform(z, q.svh.data(), q.bias.empty() ? nullptr : q.bias.data(), out);
+    // ·row_scale after svh, before bias (a power of two, exact; 1 for F32).
+    output_transform(z, q.svh.data(), nullptr, out);
+    for (int64_t c = 0; c < out; ++c) {
+      z[c] *= row_scale;
+      if (!q.bias.empty()) z[c] += q.bias[c];
     }
   }
 }

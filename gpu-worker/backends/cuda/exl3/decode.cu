@@ -1,6 +1,6 @@
 // Dense copies of an EXL3 linear (exl3_linear.h), the twins of decode_trellis_f16 and
 // dense_weight in shared/exl3: Wq straight from the decode path the matmul kernels use (staged by
-// cp.async with the same swizzle, the same lane fragments), and W_eff with fp32 Hadamards.
+// cp.async into 128-byte-aligned stages, the same lane fragments), and W_eff with fp32 Hadamards.
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(32) decode_wq_kernel(const uint32_t* trellis, 
 #pragma unroll
   for (int j = 0; j < K; ++j) {
     const uint32_t q = static_cast<uint32_t>(j * 32 + lane);
-    cp_async16(stage + q * 4, from + staged_chunk<K>(q) * 4);
+    cp_async16(stage + q * 4, from + q * 4);
   }
   cp_async_commit();
   cp_async_wait<0>();
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kDenseThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t I = blockIdx.x, O = blockIdx.y;
   LaneGeom<K> geo;
-  geo.init(lane, false);
+  geo.init(lane);
   // 8 tile-rows × 4 pairs; warp `warp` takes tile-row `warp` of every pair.
   for (int pp = 0; pp < 4; ++pp) {
     const int64_t pair = 4 * O + pp, a = 8 * I + warp;

@@ -63,59 +63,26 @@ struct LaneBits {
   static constexpr int kStepDwords = 16 * K;            // one (pair, tile-row) step of the packed form
 };
 
-// Shared-memory swizzle of a staged step: for word groups w with sw(w) = 1 the two tiles' 32-byte
-// halves of the 64-byte group trade places, which makes the lanes' word loads conflict-free for
-// K = 1…4 (and halves the conflicts for K = 5…8). Chosen by exhaustive search over all patterns.
-// Off: a cp.async whose 16-byte chunks do not keep their order and offset between a global
-// 128-byte line and shared memory is split into short L2 requests (Nsight Compute on the grouped
-// MoE kernel: 1.5 sectors per system-memory request with the swizzle, whichever side permutes,
-// against the read probe's 4), and over PCIe short reads cost a third of the link. Without it
-// some of the lanes' word loads conflict again, which cost nothing measurable: GEMV and VRAM
-// MoE times were unchanged (docs/perf.md "Zero-copy: where the PCIe bandwidth goes").
-constexpr bool kStageSwizzle = false;
-template <int K>
-__host__ __device__ constexpr int step_swizzle(int w) {
-  if constexpr (!kStageSwizzle) return 0;
-  if constexpr (K == 3) return w == 2;
-  if constexpr (K == 4) return w >= 2;
-  if constexpr (K == 5) return w >= 2;
-  if constexpr (K == 6) return w >= 3;
-  if constexpr (K == 7) return w == 2 || w == 3 || w == 6;
-  if constexpr (K == 8) return w >= 4;
-  return 0;
-}
-
-// Dword offset, inside a staged step, of word j of tile h of the pair.
-template <int K>
-__host__ __device__ constexpr int staged_word(int j, int h) {
-  const int w = j % K, i = j / K;
-  return w * 16 + ((h ^ step_swizzle<K>(w)) << 3) + i;
-}
-
-// The same word in the packed form (packed.h: dword (j mod K)·16 + h·8 + j/K of the step).
+// Dword offset, inside a step of the packed form (packed.h), of word j of tile h of the pair.
+// Stages in shared memory are byte copies of it. A bank-conflict swizzle of the staged copy was
+// tried and removed: a cp.async whose 16-byte chunks do not keep their order and offset between a
+// global 128-byte line and shared memory is split into short L2 requests (Nsight Compute on the
+// grouped MoE kernel: 1.5 sectors per system-memory request against the read probe's 4), and
+// over PCIe short reads cost a third of the link; the conflicts it removed cost nothing
+// measurable (docs/perf.md "Zero-copy: where the PCIe bandwidth goes").
 template <int K>
 __host__ __device__ constexpr int packed_word(int j, int h) {
   return (j % K) * 16 + h * 8 + j / K;
-}
-
-// 16-byte chunk q of a staged region (q counts chunks from a step boundary, steps 4K chunks
-// long) holds packed chunk staged_chunk(q): the same swizzle at chunk granularity, an involution
-// (it flips bit 1 of q inside an aligned group of 4 chunks).
-template <int K>
-__device__ __forceinline__ uint32_t staged_chunk(uint32_t q) {
-  const uint32_t c = q % (4 * K);
-  return q ^ (static_cast<uint32_t>(step_swizzle<K>(static_cast<int>(c >> 2))) << 1);
 }
 
 // Per-lane constants of the extraction (computed once per kernel).
 template <int K>
 struct LaneGeom {
   using B = LaneBits<K>;
-  uint32_t off[2][B::NGR][2];  // [tile h][group][hi, lo]: staged dword offsets inside a step
+  uint32_t off[2][B::NGR][2];  // [tile h][group][hi, lo]: dword offsets inside a step
   uint32_t shift[B::NGR];      // s_last per group
 
-  // staged: offsets into a swizzled shared-memory stage; else into the packed form itself.
-  __device__ __forceinline__ void init(int lane, bool staged = true) {
+  __device__ __forceinline__ void init(int lane) {
 #pragma unroll
     for (int g = 0; g < B::NGR; ++g) {
       const int end = (8 * lane + g * B::G + B::G) * K;  // one past the group's last bit
@@ -124,8 +91,8 @@ struct LaneGeom {
       shift[g] = static_cast<uint32_t>(32 * (jl + 1) - end);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        off[h][g][0] = static_cast<uint32_t>(staged ? staged_word<K>(j0, h) : packed_word<K>(j0, h));
-        off[h][g][1] = static_cast<uint32_t>(staged ? staged_word<K>(jl, h) : packed_word<K>(jl, h));
+        off[h][g][0] = static_cast<uint32_t>(packed_word<K>(j0, h));
+        off[h][g][1] = static_cast<uint32_t>(packed_word<K>(jl, h));
       }
     }
   }

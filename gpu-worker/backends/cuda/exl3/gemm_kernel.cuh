@@ -1,7 +1,7 @@
 #pragma once
 // The prefill EXL3 linear kernel (internal header, instantiated per K in gemv_k*.cu): a CTA of
 // 8 warps computes a 128-column block (4 pairs) for 128 rows. Warp w decodes the two tiles of
-// pair w % 4 straight into its A fragments (the same staging, swizzle and lane_fragment as the
+// pair w % 4 straight into its A fragments (the same staging and lane_fragment as the
 // skinny kernel) and multiplies them with 64 rows (8 row groups, half w / 4 of the tile); the B
 // fragments of all 128 rows come from a cp.async-staged, bank-swizzled shared-memory copy of the
 // permuted fp16 rows. Chunks fold into the running sums exactly as WarpPair does and the output
@@ -51,8 +51,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const Lin
     uint32_t* buf = smem + (s % kGemmStages) * kStage;
     for (int q = tid; q < 4 * kPairStage / 4; q += kGemmWarps * 32) {
       const int pp = q / (kPairStage / 4), qq = q - pp * (kPairStage / 4);
-      const uint32_t* src = p.trellis + (4 * blk + pp) * pair_dwords + static_cast<int64_t>(s) * kPairStage +
-                            staged_chunk<K>(static_cast<uint32_t>(qq)) * 4;
+      const uint32_t* src = p.trellis + (4 * blk + pp) * pair_dwords + static_cast<int64_t>(s) * kPairStage + qq * 4;
       cp_async16(buf + pp * kPairStage + qq * 4, src);
     }
     uint32_t* xb = buf + kW;

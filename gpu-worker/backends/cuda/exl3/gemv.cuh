@@ -52,7 +52,7 @@ struct WarpPair {
 #pragma unroll
       for (int j = 0; j < K; ++j) {
         const uint32_t q = static_cast<uint32_t>(j * 32 + lane);
-        cp_async16(dst + q * 4, from + staged_chunk<K>(q) * 4);
+        cp_async16(dst + q * 4, from + q * 4);
       }
     };
 #pragma unroll
