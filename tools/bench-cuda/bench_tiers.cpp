@@ -228,11 +228,54 @@ CudaEngineOptions engine_options(const Setup& S, int max_seqs, int64_t context, 
   return o;
 }
 
+// The panel's noise floor: the CPU tier's answers with every value ×(1 ± ε), the sign from a hash
+// of its place, so a pass shows how far ε-relative noise in the CPU tier's partials alone moves
+// this model's next-token distributions (a random-weight model may amplify any rounding).
+class PerturbedTier final : public ExpertBackend {
+ public:
+  PerturbedTier(ExpertBackend& inner, int64_t width, double eps) : inner_(inner), width_(width), eps_(eps) {}
+  void compute(int64_t layer, const float* a, int64_t n, const std::vector<Routing>& routes, float* out,
+               exl3::Operands operands) override {
+    inner_.compute(layer, a, n, routes, out, operands);
+    const float up = static_cast<float>(1 + eps_), down = static_cast<float>(1 - eps_);
+    for (int64_t i = 0; i < n * width_; ++i) {
+      uint64_t h = (calls_ * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(i);
+      h ^= h >> 31, h *= 0xbf58476d1ce4e5b9ull, h ^= h >> 29;
+      out[i] *= (h & 1) ? up : down;
+    }
+    ++calls_;
+  }
+  bool healthy() override { return inner_.healthy(); }
+
+ private:
+  ExpertBackend& inner_;
+  int64_t width_;
+  double eps_;
+  uint64_t calls_ = 0;
+};
+
+// KL(p_a ‖ p_f) of two logit rows' softmaxes and whether their top-1 agree.
+std::pair<double, bool> compare_logits(const float* a, const float* f, int64_t V) {
+  const double ma = *std::max_element(a, a + V), mf = *std::max_element(f, f + V);
+  double za = 0, zf = 0;
+  for (int64_t i = 0; i < V; ++i) za += std::exp(a[i] - ma), zf += std::exp(f[i] - mf);
+  const double lza = std::log(za), lzf = std::log(zf);
+  double k = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    const double la = a[i] - ma - lza, lf = f[i] - mf - lzf;
+    k += std::exp(la) * (la - lf);
+  }
+  return {k, (std::max_element(a, a + V) - a) == (std::max_element(f, f + V) - f)};
+}
+
 // The tier agreement panel: B sequences decoded by an exact engine, then by a fast one fed the
 // exact engine's greedy tokens under the same forced routes (one engine at a time: each
 // registers the 80 GB segment, and the host cannot pin it twice); per decode position the KL of
-// the two next-token distributions and whether their top-1 agree.
-void run_agreement(Setup S, int64_t positions) {
+// the two next-token distributions and whether their top-1 agree. Then, per ε in `noise`, a fast
+// pass whose CPU tier answers carry ε-relative noise, against exact and against plain fast; with
+// exact_again, a second exact engine (a floor of zero: anything else is state one engine leaves
+// to the next, e.g. memory read before it is written).
+void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise, bool exact_again) {
   const ModelConfig& c = S.cfg;
   const int B = 8, prompt = 64;
   const int64_t steps = (positions + B - 1) / B, V = c.vocab_size;
@@ -241,18 +284,34 @@ void run_agreement(Setup S, int64_t positions) {
   std::vector<int32_t> prompts(static_cast<size_t>(B) * prompt);
   std::mt19937_64 g(9);
   for (int32_t& t : prompts) t = static_cast<int32_t>(g() % static_cast<uint64_t>(V));
-  std::vector<float> ref;          // exact: [steps][B][V]
+  std::vector<float> ref, fast;    // exact's and fast's logits: [steps][B][V]
   std::vector<int32_t> tokens;     // exact's greedy tokens: [steps + 1][B]
-  double kl = 0;
-  int64_t same = 0, n = 0;
-  uint64_t cpu_experts = 0, zc_experts = 0;
-  for (const char* mode : {"exact", "fast"}) {
-    const bool record = std::string(mode) == "exact";
-    S.mode = mode;
-    CudaEngine eng(S.model->weights, record ? nullptr : S.cpu_tier, engine_options(S, B, prompt + steps + 64, B * prompt));
+  struct Pass {
+    std::string what;
+    double eps = -1;  // < 0: exact (the reference) or plain fast
+    bool exact = false;
+    double kl = 0, kl_fast = 0;
+    int64_t same = 0, same_fast = 0, n = 0;
+    uint64_t cpu_experts = 0, zc_experts = 0;
+  };
+  std::vector<Pass> passes = {{"exact", -1, true}, {"fast"}};
+  for (double e : noise) {
+    char b[64];
+    std::snprintf(b, sizeof b, "fast, CPU tier ×(1 ± %.3g)", e);
+    passes.push_back({b, e});
+  }
+  if (exact_again) passes.push_back({"exact again (a second engine)", -1, true});
+  for (size_t pi = 0; pi < passes.size(); ++pi) {
+    Pass& P = passes[pi];
+    const bool record = pi == 0, keep_fast = pi == 1;
+    S.mode = P.exact ? "exact" : "fast";
+    std::optional<PerturbedTier> noisy;
+    if (P.eps >= 0) noisy.emplace(*S.cpu_tier, c.hidden_size, P.eps);
+    ExpertBackend* cpu = P.exact ? nullptr : noisy ? &*noisy : S.cpu_tier;
+    CudaEngine eng(S.model->weights, cpu, engine_options(S, B, prompt + steps + 64, B * prompt));
     GpuExpertTier* tier = eng.expert_tier();
-    if (!tier) throw Error(std::string("the ") + mode + " engine did not attach the expert segment");
-    RouteSource src(shape, S.trace, S.trace_file, B);  // the same routes in both passes
+    if (!tier) throw Error("the " + S.mode + " engine did not attach the expert segment");
+    RouteSource src(shape, S.trace, S.trace_file, B);  // the same routes in every pass
     std::vector<int32_t> routes(static_cast<size_t>(shape.layers) * prompt * shape.top_k);
     SequenceSpec spec;
     spec.sampling.temperature = 0;
@@ -286,35 +345,45 @@ void run_agreement(Setup S, int64_t positions) {
       eng.step(items, r);
       for (int b = 0; b < B; ++b) {
         const float* f = r[b].logits.data();
+        const size_t at = static_cast<size_t>(st * B + b) * V;
         if (record) {
           ref.insert(ref.end(), f, f + V);
           tokens.push_back(r[b].token);
         } else {
-          const float* a = ref.data() + (st * B + b) * V;
-          const double ma = *std::max_element(a, a + V), mf = *std::max_element(f, f + V);
-          double za = 0, zf = 0;
-          for (int64_t i = 0; i < V; ++i) za += std::exp(a[i] - ma), zf += std::exp(f[i] - mf);
-          const double lza = std::log(za), lzf = std::log(zf);
-          double k = 0;
-          for (int64_t i = 0; i < V; ++i) {
-            const double la = a[i] - ma - lza, lf = f[i] - mf - lzf;
-            k += std::exp(la) * (la - lf);
+          const auto [k, same] = compare_logits(ref.data() + at, f, V);
+          P.kl += k, P.same += same, ++P.n;
+          if (keep_fast) fast.insert(fast.end(), f, f + V);
+          else {
+            const auto [kf, same_f] = compare_logits(fast.data() + at, f, V);
+            P.kl_fast += kf, P.same_fast += same_f;
           }
-          kl += k;
-          same += (std::max_element(a, a + V) - a) == (std::max_element(f, f + V) - f);
-          ++n;
         }
         next[b] = tokens[(st + 1) * B + b];
       }
     }
-    if (!record) cpu_experts = counter(eng, "tier_cpu_experts"), zc_experts = counter(eng, "tier_zero_copy_experts");
+    if (!record) P.cpu_experts = counter(eng, "tier_cpu_experts"), P.zc_experts = counter(eng, "tier_zero_copy_experts");
+    std::printf("panel pass \"%s\": %llu decode graph steps, %llu eager steps\n", P.what.c_str(),
+                static_cast<unsigned long long>(counter(eng, "decode_graph_steps")),
+                static_cast<unsigned long long>(counter(eng, "eager_steps")));
   }
+  const Pass& F = passes[1];
   std::printf("\n### Tier agreement (synthetic model, real widths): fast vs exact, %lld decode positions (%d sequences, "
               "teacher-forced with exact's greedy tokens, same routes): mean KL %.3g, top-1 agreement %.5f; fast sent "
               "%llu experts to the CPU tier, %llu zero-copy\n",
-              static_cast<long long>(n), B, kl / std::max<int64_t>(n, 1),
-              static_cast<double>(same) / std::max<int64_t>(n, 1), static_cast<unsigned long long>(cpu_experts),
-              static_cast<unsigned long long>(zc_experts));
+              static_cast<long long>(F.n), B, F.kl / std::max<int64_t>(F.n, 1),
+              static_cast<double>(F.same) / std::max<int64_t>(F.n, 1), static_cast<unsigned long long>(F.cpu_experts),
+              static_cast<unsigned long long>(F.zc_experts));
+  if (passes.size() > 2) {
+    std::printf("\n| pass | mean KL vs exact | top-1 vs exact | mean KL vs fast | top-1 vs fast |\n|---|---|---|---|---|\n");
+    for (size_t pi = 1; pi < passes.size(); ++pi) {
+      const Pass& P = passes[pi];
+      const double n = static_cast<double>(std::max<int64_t>(P.n, 1));
+      if (pi == 1) std::printf("| %s | %.3g | %.5f | - | - |\n", P.what.c_str(), P.kl / n, P.same / n);
+      else
+        std::printf("| %s | %.3g | %.5f | %.3g | %.5f |\n", P.what.c_str(), P.kl / n, P.same / n, P.kl_fast / n,
+                    P.same_fast / n);
+    }
+  }
   std::fflush(stdout);
 }
 
@@ -473,7 +542,8 @@ int main(int argc, char** argv) {
   std::string segment = "flashtier-bench-tiers";
   std::vector<std::string> modes = {"fast", "exact"};
   int64_t agreement = 0;
-  bool keep = false;
+  std::vector<double> agreement_noise;
+  bool keep = false, agreement_again = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -498,6 +568,11 @@ int main(int argc, char** argv) {
     else if (a == "--segment") segment = next();
     else if (a == "--keep-segment") keep = true;
     else if (a == "--agreement") agreement = std::stoll(next());
+    else if (a == "--agreement-noise") {
+      std::stringstream ss(next());
+      for (std::string e; std::getline(ss, e, ',');) agreement_noise.push_back(std::stod(e));
+    }
+    else if (a == "--agreement-exact-again") agreement_again = true;
     else if (a == "--modes") {
       modes.clear();
       std::stringstream ss(next());
@@ -510,7 +585,10 @@ int main(int argc, char** argv) {
                    "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 16] [--zipf 0.8]\n"
                    "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--segment NAME] [--keep-segment]\n"
                    "         [--chunk 8192 (prefill tokens per step)] [--modes fast,exact (any of fast, exact, cpu; \"\": none)]\n"
-                   "         [--agreement N (the fast-vs-exact panel over N decode positions; 0: off)]\n");
+                   "         [--agreement N (the fast-vs-exact panel over N decode positions; 0: off)]\n"
+                   "         [--agreement-noise E,... (extra panel passes: the CPU tier's answers ×(1 ± E))]\n"
+                   "         [--agreement-exact-again (an extra panel pass: a second exact engine)]\n"
+);
       return 2;
     }
   }
@@ -644,7 +722,7 @@ int main(int argc, char** argv) {
                    first ? long_prefills : std::vector<int64_t>{}, rows);
       }
     }
-    if (agreement > 0) run_agreement(S, agreement);
+    if (agreement > 0) run_agreement(S, agreement, agreement_noise, agreement_again);
     std::printf("\n### Summary (--vram-budget-gb %.0f; bound: HBM bytes at the HBM rate + miss bytes at the mode's rate: "
                 "exact zero-copy, cpu the CPU kernel's, fast both at once; prefill: PCIe only)\n",
                 budget_gb);

@@ -4,6 +4,8 @@
 // budget too small for the model, a sequence too long for the cache, slots exhausted).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -207,6 +209,54 @@ TEST_P(CudaEnginePrecision, ASequenceAloneEqualsItAmongSevenOthersBitForBit) {
   const auto alone = run(0), crowded = run(7);
   ASSERT_EQ(alone.size(), crowded.size());
   EXPECT_EQ(test::bit_mismatches(alone.data(), crowded.data(), alone.size()), 0u);
+}
+
+// Every VRAM allocation poisoned (0xFF: NaN) gives the bits of an engine on fresh memory, for
+// two sequences one after the other (the second gets the first's slot and cache blocks): no
+// kernel reads memory before writing it.
+TEST_P(CudaEnginePrecision, PoisonedMemoryGivesTheFreshEngineBits) {
+  for (const char* model : {"glm5-tiny-chat", "glm5-variants/glm5-var-allsparse-kpool16", "glm5-tiny-exl3"}) {
+    std::vector<float> want;
+    for (bool poison : {false, true}) {
+      CudaEngineOptions o = small_options(2, GetParam());
+      o.graphs = false;  // logits come back only from eager steps
+      o.poison_vram = poison;
+      CudaEngine e(weights(model), nullptr, o);
+      std::vector<float> got;
+      for (int i : {0, 1}) {
+        SequenceSpec spec;
+        spec.sampling.temperature = 0;
+        spec.max_tokens = 200;
+        const uint64_t s = e.open(spec);
+        std::vector<float> last = prefill(e, s, fixture_case(model, i).input, 0);
+        got.insert(got.end(), last.begin(), last.end());
+        std::vector<StepResult> r;
+        int32_t next = 0;
+        for (int k = 0; k < 12; ++k) {
+          next = static_cast<int32_t>(std::max_element(last.end() - e.config().vocab_size, last.end()) -
+                                      (last.end() - e.config().vocab_size));
+          StepItem it;
+          it.seq = s;
+          it.tokens = std::span<const int32_t>(&next, 1);
+          it.prompt = false;
+          it.sample = true;
+          it.logits = LogitsWanted::Last;
+          e.step(std::span<const StepItem>(&it, 1), r);
+          last = r[0].logits;
+          got.insert(got.end(), last.begin(), last.end());
+        }
+        e.close(s);
+      }
+      size_t finite = 0;
+      for (float v : got) finite += std::isfinite(v);
+      EXPECT_EQ(finite, got.size()) << model << (poison ? ", poisoned" : ", fresh") << ": non-finite logits";
+      if (!poison) want = got;
+      else {
+        ASSERT_EQ(want.size(), got.size()) << model;
+        EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u) << model;
+      }
+    }
+  }
 }
 
 TEST_P(CudaEnginePrecision, GraphReplayGivesTheEagerTokens) {

@@ -126,6 +126,40 @@ TEST_F(ExpertTierTest, ZeroCopyAndCachedExpertsGiveTheVramResidentBits) {
   EXPECT_GT(hits, 0u);
 }
 
+// Every VRAM allocation poisoned (0xFF: NaN) gives the bits of an engine on fresh memory: no
+// kernel of the tier path (zero-copy, cache slots, staging, the grouped kernel's workspace)
+// reads memory before writing it. Fresh pages are zero; a worker's second engine, or one after
+// another process, gets what the card held before.
+TEST_F(ExpertTierTest, PoisonedMemoryGivesTheFreshEngineBits) {
+  LoadOptions remote;
+  remote.keep_quantized = true;
+  remote.routed_experts = false;
+  const ModelWeights without = load_model(model_dir(), remote);
+  CudaEngineOptions o = opts();
+  o.expert_segment = seg_name_;
+  o.tier_mode = "exact";
+  o.expert_cache_bytes = 1 << 20;
+  o.auto_expert_cache = false;
+  o.admit_per_step = 4;
+  std::vector<float> want;
+  for (bool poison : {false, true}) {
+    CudaEngineOptions p = o;
+    p.poison_vram = poison;
+    CudaEngine e(without, nullptr, p);
+    std::vector<float> got = trace(e, 12);
+    const std::vector<float> again = trace(e, 12, "case0");  // slots and blocks the first left
+    got.insert(got.end(), again.begin(), again.end());
+    size_t finite = 0;
+    for (float v : got) finite += std::isfinite(v);
+    EXPECT_EQ(finite, got.size()) << (poison ? "poisoned" : "fresh") << " engine: non-finite logits";
+    if (!poison) want = got;
+    else {
+      ASSERT_EQ(want.size(), got.size());
+      EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u);
+    }
+  }
+}
+
 uint64_t counter(const CudaEngine& e, const std::string& name) {
   for (const auto& [n, v] : e.stats().counters)
     if (n == name) return v;

@@ -3,6 +3,7 @@
 // split-K and full), prefill rows (row batches), the real model's widths; batch invariance as
 // bit equality of a row alone and among others; Accumulate; the padding columns untouched.
 #include <cstring>
+#include <memory>
 
 #include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
 #include "tests/cuda/exl3/exl3_test_util.h"
@@ -149,6 +150,59 @@ TEST(Exl3GpuLinearReal, AccumulateAndPaddingColumns) {
       }
     EXPECT_EQ(bad, 0u) << "rows " << rows << ": Accumulate must add the Overwrite result to y";
   }
+}
+
+// One workspace serves every linear of a stream, one after the other, at any row count: each
+// output equals the same linear on a workspace of its own, bit for bit, every column written
+// (the y buffers start as NaN). The attention's sequence at the real widths: q_a (12 output
+// blocks), then q_b (128 blocks, split K at decode sizes), kv_a, the KDA projections, q_b again.
+TEST(Exl3GpuLinearReal, OneWorkspaceServesEveryLinear) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  struct Shape {
+    int64_t in, out;
+  };
+  const std::vector<Shape> shapes = {{4096, 1536}, {1536, 16384}, {4096, 576}, {4096, 8192}, {1536, 16384}};
+  std::vector<std::unique_ptr<RandomLinear>> lin;
+  std::vector<std::unique_ptr<Gpu>> own;
+  size_t bytes = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    lin.push_back(std::make_unique<RandomLinear>(3, Codebook::Mul1, shapes[i].in, shapes[i].out, 900 + i));
+    own.push_back(std::make_unique<Gpu>(*lin.back(), 32));
+    bytes = std::max(bytes, cuda::exl3_linear_workspace_bytes(own.back()->lin.dev(), 32));
+  }
+  DevBuf<unsigned char> shared(bytes);
+  cuda::exl3_linear_workspace_init(shared.get(), shared.size(), nullptr);
+  for (int64_t rows : {1, 8, 3, 32}) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const std::vector<float> x = randn(static_cast<size_t>(rows * shapes[i].in), 950 + 10 * i + rows);
+      const std::vector<float> want = own[i]->run(x, rows, shapes[i].out);
+      DevBuf<float> dx(x);
+      DevBuf<float> dy(static_cast<size_t>(rows * shapes[i].out));
+      cuda::exl3_linear(own[i]->lin.dev(), dx.get(), shapes[i].in, rows, dy.get(), shapes[i].out, shared.get(), nullptr);
+      const std::vector<float> got = dy.download();
+      EXPECT_EQ(bit_mismatches(want.data(), got.data(), want.size()), 0u)
+          << shapes[i].in << "→" << shapes[i].out << ", rows " << rows << ", after the linears before it";
+    }
+  }
+}
+
+// Host-only (runs without a GPU): the counters' bytes are the same for every linear and row
+// count, and no other piece of any call starts inside them.
+TEST(Exl3GpuLinearReal, WorkspaceCountersAreTheSameForEveryCall) {
+  static const uint32_t fake_trellis = 0;
+  const auto* h = reinterpret_cast<const __half*>(&fake_trellis);
+  size_t counters = 0;
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{4096, 1536}, {1536, 16384}, {4096, 576}, {512, 32768},
+                               {4096, 154880}, {256, 200}})
+    for (int64_t rows : {1, 8, 32, 512}) {
+      const cuda::Exl3LinearDev L = cuda::exl3_linear_view(3, Codebook::Mul1, in, out, &fake_trellis, h, h);
+      const cuda::Exl3LinearWorkspaceLayout w = cuda::exl3_linear_workspace_layout(L, rows);
+      if (counters == 0) counters = w.counters_end;
+      EXPECT_EQ(w.counters_end, counters) << in << "→" << out << " rows " << rows;
+      EXPECT_GE(w.row_scale, counters);
+      EXPECT_GE(w.xh, counters);
+      EXPECT_GE(w.partials, counters);
+    }
 }
 
 TEST(Exl3GpuLinearReal, ChunkRule) {

@@ -5,6 +5,7 @@
 // printed); padded intermediate widths; experts with more than one 32-row batch; both the
 // split-K (≤ 64 picks) and the whole-input (more picks) orders of work.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -125,15 +126,53 @@ struct MoeRun {
     r.expert = expert.get(), r.weight = weight.get(), r.n = R.n, r.top_k = R.top_k;
     d.offsets = offsets.get(), d.sorted_pick = sorted.get(), d.active = active.get(), d.n_active = n_active.get();
   }
-  std::vector<float> run(const Layer& L, const std::vector<int>& where, const std::vector<float>& x) {
+  // On this run's own workspace, or on `shared` (zeroed once, used before by other runs).
+  std::vector<float> run(const Layer& L, const std::vector<int>& where, const std::vector<float>& x,
+                         void* shared = nullptr) {
     DevBuf<cuda::Exl3ExpertPtrs> table(L.table(where));
     cuda::Exl3MoeLayer geo = L.geo;
     geo.table = table.get();
     DevBuf<float> dx(x), Y(static_cast<size_t>(r.n * r.top_k * L.D));
-    cuda::exl3_moe_experts(geo, r, d, dx.get(), L.D, kLimit, Y.get(), ws.get(), nullptr);
+    cuda::exl3_moe_experts(geo, r, d, dx.get(), L.D, kLimit, Y.get(), shared ? shared : ws.get(), nullptr);
     return Y.download();
   }
 };
+
+// The exact token outputs: every expert in double from its effective weights (reference.h,
+// the fp16 weights' dense equivalent rounded once to fp32), fp32 inputs as given, clamped
+// SwiGLU in double, Σ_k w·expert in double. What each tier's rounding is measured against.
+std::vector<double> exact_outputs(const Layer& L, const Routes& R, const std::vector<float>& x) {
+  const int64_t Dp = ft::exl3::pad128(L.D), Ip = ft::exl3::pad128(L.I);
+  std::vector<double> out(static_cast<size_t>(R.n * L.D), 0.0);
+  std::vector<std::vector<float>> w(static_cast<size_t>(3 * L.E));
+  for (int64_t p = 0; p < R.n * R.top_k; ++p) {
+    const int e = R.expert[p];
+    for (int j = 0; j < 3; ++j)
+      if (w[3 * e + j].empty()) w[3 * e + j] = ft::exl3::effective_weight(L.q(e, j));  // [in_p][out_p]
+    const float* xr = &x[(p / R.top_k) * L.D];
+    std::vector<double> g(static_cast<size_t>(Ip), 0.0), u(g), h(g);
+    for (int64_t i = 0; i < L.D; ++i)
+      for (int64_t c = 0; c < Ip; ++c) {
+        g[c] += static_cast<double>(xr[i]) * w[3 * e][i * Ip + c];
+        u[c] += static_cast<double>(xr[i]) * w[3 * e + 1][i * Ip + c];
+      }
+    for (int64_t c = 0; c < L.I; ++c) {
+      const double gc = std::min<double>(g[c], kLimit), uc = std::clamp<double>(u[c], -kLimit, kLimit);
+      h[c] = gc / (1.0 + std::exp(-gc)) * uc;
+    }
+    const double wt = R.weight[p];
+    double* o = &out[(p / R.top_k) * L.D];
+    for (int64_t c = 0; c < L.I; ++c)
+      for (int64_t d = 0; d < L.D; ++d) o[d] += wt * h[c] * w[3 * e + 2][c * Dp + d];
+  }
+  return out;
+}
+
+double rel_l2_to(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+  return std::sqrt(num / std::max(den, 1e-300));
+}
 
 // Token outputs Σ_k w·Y[t·top_k + k], ascending k (= ascending expert), fp32.
 std::vector<float> combine(const std::vector<float>& Y, const Routes& R, int64_t D) {
@@ -181,6 +220,15 @@ void check_layer(Layer& L, const Routes& R, const char* what, uint64_t seed) {
   for (size_t i = 0; i < cpu.size(); ++i) max_rel = std::max(max_rel, std::fabs(double(gpu[i]) - cpu[i]) / ref_max);
   const double e = rel_l2(gpu, cpu);
   std::printf("[ exl3 moe ] %s: GPU vs CPU expert tier: rel L2 %.3g, max |diff| / max |ref| %.3g\n", what, e, max_rel);
+  // Each side against the exact outputs: which one's rounding the distance above is.
+  std::vector<float> cpu32(cpu.size());
+  runner.forward(tasks.data(), static_cast<int>(tasks.size()), x.data(), R.n, cpu32.data(), ft::exl3::Operands::F32);
+  const std::vector<double> exact = exact_outputs(L, R, x);
+  const double e_gpu = rel_l2_to(gpu, exact), e_f16 = rel_l2_to(cpu, exact), e_f32 = rel_l2_to(cpu32, exact);
+  std::printf("[ exl3 moe ] %s: rel L2 to the exact (fp64) outputs: GPU %.3g, CPU tier F16Rows %.3g, CPU tier F32 %.3g\n",
+              what, e_gpu, e_f16, e_f32);
+  EXPECT_LE(e_gpu, 1e-3) << what << ": GPU vs exact";
+  EXPECT_LE(e_f32, 1e-5) << what << ": CPU tier (fp32 operands) vs exact";
   // Accumulation order, and the fp16 down inputs it moves across a rounding boundary (H200,
   // session 8: at most 2.8e-5; 4.5e-4 before the CPU tier rounded as the GPU does).
   EXPECT_LE(e, 1e-4) << what << ": GPU vs CPU expert tier (max rel diff " << max_rel << ")";
@@ -316,6 +364,36 @@ TEST_F(Exl3GpuMoe, PicksLeftOutAreSkipped) {
   }
   EXPECT_GT(kept, 0u);
   EXPECT_LT(kept, P);
+}
+
+// One workspace serves steps of any size one after the other (the engine keeps one per
+// stream): every step's rows equal the same step on a workspace of its own, bit for bit. Steps
+// of 1…8 tokens split K, so each leaves partial sums where a larger step keeps counters unless
+// the counters' region is the same for every size.
+// Host-only (runs without a GPU): the counters span the same bytes at every step size.
+TEST(Exl3MoeWorkspace, CountersSpanTheSameBytesAtEveryStepSize) {
+  cuda::Exl3MoeLayer L;
+  L.hidden = 4096, L.inter = 2048, L.n_experts = 288;
+  const size_t first = cuda::exl3_moe_workspace_counters_end(L, 1, 8);
+  for (int64_t n : {2, 3, 8, 9, 64, 512}) EXPECT_EQ(cuda::exl3_moe_workspace_counters_end(L, n, 8), first) << n;
+}
+
+TEST_F(Exl3GpuMoe, OneWorkspaceServesStepsOfAnySize) {
+  Layer L(1024, 512, 16, {3, 3, 3}, {Codebook::Mul1, Codebook::Mul1, Codebook::Mul1}, 61);
+  const std::vector<int64_t> sizes = {1, 4, 2, 8, 1, 3, 80};
+  DevBuf<unsigned char> shared(cuda::exl3_moe_workspace_bytes(L.geo, 80, 8));
+  cuda::exl3_moe_workspace_init(shared.get(), shared.size(), nullptr);
+  std::vector<int> where(L.E);
+  for (int e = 0; e < L.E; ++e) where[e] = e % 3 == 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Routes R(sizes[i], 8, L.E, 62 + i);
+    const std::vector<float> x = randn(static_cast<size_t>(R.n * L.D), 63 + i);
+    MoeRun m(L, R);
+    const std::vector<float> want = m.run(L, where, x);
+    const std::vector<float> got = m.run(L, where, x, shared.get());
+    EXPECT_EQ(bit_mismatches(want.data(), got.data(), want.size()), 0u)
+        << sizes[i] << " tokens, after steps of other sizes on the same workspace";
+  }
 }
 
 TEST_F(Exl3GpuMoe, RealWidths) {

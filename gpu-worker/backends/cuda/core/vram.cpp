@@ -32,7 +32,7 @@ const char* vram_category_name(VramCategory c) {
   return "?";
 }
 
-VramBudget::VramBudget(uint64_t budget_bytes) : budget_(budget_bytes) {
+VramBudget::VramBudget(uint64_t budget_bytes, bool poison) : budget_(budget_bytes), poison_(poison) {
   if (budget_ == 0) {
     size_t fr = 0, tot = 0;
     FT_CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
@@ -62,6 +62,7 @@ void* VramBudget::allocate(uint64_t bytes, VramCategory c, const std::string& wh
     throw VramExhausted("the GPU refused " + gib(bytes) + " for " + what + " (" + cudaGetErrorString(e) + "; " +
                         gib(fr) + " free on the card, " + gib(total) + " in use by this worker)");
   }
+  if (poison_) FT_CUDA_CHECK(cudaMemset(p, 0xFF, bytes ? bytes : 1));
   used_[static_cast<int>(c)] += static_cast<int64_t>(bytes);
   live_[p] = {bytes, c};
   return p;

@@ -36,8 +36,9 @@ class VramExhausted : public Error {
 
 class VramBudget {
  public:
-  // `budget_bytes` 0: the card's free memory at construction is the limit.
-  explicit VramBudget(uint64_t budget_bytes = 0);
+  // `budget_bytes` 0: the card's free memory at construction is the limit. `poison`: every
+  // allocation is filled with 0xFF bytes (tests: reads before writes show as NaN).
+  explicit VramBudget(uint64_t budget_bytes = 0, bool poison = false);
   ~VramBudget();
   VramBudget(const VramBudget&) = delete;
   VramBudget& operator=(const VramBudget&) = delete;
@@ -59,6 +60,7 @@ class VramBudget {
  private:
   mutable std::mutex m_;
   uint64_t budget_ = 0;
+  bool poison_ = false;
   std::array<int64_t, kVramCategories> used_{};
   std::unordered_map<void*, std::pair<uint64_t, VramCategory>> live_;
 };

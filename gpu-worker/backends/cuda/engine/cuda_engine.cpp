@@ -59,7 +59,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
     : opts_(o), cfg_(w.cfg), host_experts_(host_experts) {
   dev_ = use_device(o.device);
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  budget_ = std::make_unique<VramBudget>(o.vram_budget_bytes);
+  budget_ = std::make_unique<VramBudget>(o.vram_budget_bytes, o.poison_vram);
   if (!experts_present(w) && !host_experts_ && o.expert_segment.empty())
     throw Error("the CUDA engine got a model without routed experts and no expert tier to compute them");
   try {

@@ -46,6 +46,10 @@ struct CudaEngineOptions {
   // only small models afford).
   std::string precision = "auto";
   bool graphs = true;              // replay decode steps from CUDA graphs
+  // Tests: every allocation starts as 0xFF bytes (NaN in fp32 and fp16), so a kernel that reads
+  // memory before anything wrote it shows in the results instead of depending on what the card
+  // held before (fresh pages are zero; memory a previous engine freed is not).
+  bool poison_vram = false;
   int max_graph_batch = 32;        // decode batches up to this size get a graph
   uint64_t reserve_bytes = 512ull << 20;  // left for CUDA's own allocations (graphs, library workspaces)
   // Remote routed experts: the cpu-expert-worker's segment name (from its Info), read by the GPU

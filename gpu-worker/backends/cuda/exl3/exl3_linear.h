@@ -79,6 +79,12 @@ Exl3LinearDev exl3_linear_view(int K, ft::exl3::Codebook cb, int64_t in, int64_t
 // first use a workspace must be zeroed once (exl3_linear_workspace_init); the kernels leave their
 // counters at zero again, so it can then be reused by any linear on the same stream.
 size_t exl3_linear_workspace_bytes(const Exl3LinearDev& L, int64_t max_rows);
+// Where a call of `rows` rows keeps its pieces (byte offsets). The split-K counters come first
+// and span the same bytes for every linear and row count: what makes the sharing above safe.
+struct Exl3LinearWorkspaceLayout {
+  size_t counters_end = 0, row_scale = 0, xh = 0, partials = 0, total = 0;
+};
+Exl3LinearWorkspaceLayout exl3_linear_workspace_layout(const Exl3LinearDev& L, int64_t rows);
 void exl3_linear_workspace_init(void* workspace, size_t bytes, cudaStream_t stream);
 
 // y[r][n] = (… as above …) for r < rows, n < L.out; x rows ld_x floats apart (L.in columns

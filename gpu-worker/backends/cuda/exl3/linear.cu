@@ -25,6 +25,13 @@ __global__ void __launch_bounds__(kTransformThreads)
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
+// Split K only where the output blocks alone cannot fill the GPU: fewer than this many blocks.
+// It also bounds the counters, whose region is therefore the same for every linear and batch:
+// a workspace is shared by all the linears of a stream, and a counter that fell on another
+// linear's row scales or activations (non-zero) would never see its last chunk — the output
+// block would be left unwritten (MLA q_b at the real widths, 128 blocks, after q_a's 12).
+constexpr int64_t kSplitMaxItems = 256;
+
 struct WsLayout {
   size_t counters = 0, row_scale = 0, xh = 0, partials = 0, total = 0;
 };
@@ -32,7 +39,7 @@ WsLayout ws_layout(const Exl3LinearDev& L, int64_t rows) {
   WsLayout w;
   const int64_t chunks = L.in_p / L.k_chunk;
   w.counters = 0;
-  w.row_scale = align256(static_cast<size_t>(L.out_p / 128) * sizeof(int));
+  w.row_scale = align256(static_cast<size_t>(kSplitMaxItems) * sizeof(int));
   w.xh = w.row_scale + align256(static_cast<size_t>(rows) * sizeof(float));
   w.partials = w.xh + align256(static_cast<size_t>(rows * L.in_p) * sizeof(__half));
   const int64_t split_rows = std::min<int64_t>(rows, 32);
@@ -91,6 +98,12 @@ Exl3LinearDev exl3_linear_view(int K, ft::exl3::Codebook cb, int64_t in, int64_t
   return d;
 }
 
+Exl3LinearWorkspaceLayout exl3_linear_workspace_layout(const Exl3LinearDev& L, int64_t rows) {
+  check_linear(L);
+  const WsLayout w = ws_layout(L, std::max<int64_t>(rows, 1));
+  return {w.row_scale, w.row_scale, w.xh, w.partials, w.total};
+}
+
 size_t exl3_linear_workspace_bytes(const Exl3LinearDev& L, int64_t max_rows) {
   check_linear(L);
   return ws_layout(L, std::max<int64_t>(max_rows, 1)).total;
@@ -139,7 +152,7 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   l.ngmax = rows <= 8 ? 1 : 4;
   a.nrb = static_cast<int>((rows + 8 * l.ngmax - 1) / (8 * l.ngmax));
   // Split K over CTAs only where the blocks alone cannot fill the GPU (never changes the bits).
-  l.split = rows <= 32 && a.chunks > 1 && a.nblk * a.nrb < 256;
+  l.split = rows <= 32 && a.chunks > 1 && a.nblk * a.nrb < kSplitMaxItems;
   const int64_t items = static_cast<int64_t>(a.nrb) * a.nblk * (l.split ? a.chunks : 1);
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);

@@ -71,7 +71,10 @@ MoeWs moe_ws(const Exl3MoeLayer& L, int64_t P) {
   const int64_t cgu = Dp / exl3_k_chunk(Dp, Ip), cd = Ip / exl3_k_chunk(Ip, Dp);
   MoeWs w;
   w.counters = 0;
-  w.partials = align256(static_cast<size_t>(Ps * 2 * (std::max(Ip, Dp) / 128)) * 4);
+  // The counters' region does not depend on P: one workspace serves every step, and a step with
+  // more picks must not find its counters on the partial sums a smaller one left (non-zero: the
+  // block's last chunk would never be seen).
+  w.partials = align256(static_cast<size_t>(kSplitPicks * 2 * (std::max(Ip, Dp) / 128)) * 4);
   w.xh_gu = w.partials + align256(static_cast<size_t>(std::max(2 * cgu * Ps * Ip, cd * Ps * Dp)) * 4);
   w.rs_gu = w.xh_gu + align256(static_cast<size_t>(2 * P * Dp) * 2);
   w.gu = w.rs_gu + align256(static_cast<size_t>(2 * P) * 4);
@@ -164,6 +167,10 @@ void exl3_unmap_host_experts(void* host) { FT_CUDA_CHECK(cudaHostUnregister(host
 
 size_t exl3_moe_workspace_bytes(const Exl3MoeLayer& L, int64_t max_n, int top_k) {
   return moe_ws(L, std::max<int64_t>(1, max_n * top_k)).total;
+}
+
+size_t exl3_moe_workspace_counters_end(const Exl3MoeLayer& L, int64_t n, int top_k) {
+  return moe_ws(L, std::max<int64_t>(1, n * top_k)).partials;
 }
 
 void exl3_moe_workspace_init(void* workspace, size_t bytes, cudaStream_t stream) {

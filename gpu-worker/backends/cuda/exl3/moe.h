@@ -66,6 +66,9 @@ void exl3_unmap_host_experts(void* host);
 // (exl3_moe_workspace_init); the kernels leave their counters at zero again, so it can then be
 // reused by every layer on the same stream.
 size_t exl3_moe_workspace_bytes(const Exl3MoeLayer& layer, int64_t max_n, int top_k);
+// The bytes its split-K counters span at the start of the workspace: the same for every step
+// size, so a larger step never finds its counters on a smaller one's partial sums.
+size_t exl3_moe_workspace_counters_end(const Exl3MoeLayer& layer, int64_t n, int top_k);
 void exl3_moe_workspace_init(void* workspace, size_t bytes, cudaStream_t stream);
 
 // Y[p][0 … D) for every pick p < n·top_k (rows D floats apart); x: [n, D] fp32, rows ld_x apart.
