@@ -1,13 +1,18 @@
 // flashtier-local --model DIR --port N [options]
-// Starts cpu-expert-worker, gpu-worker and gateway on this host (loopback gRPC between them, the
-// shared-memory ring between the two workers), prints "ready" once the gateway's /health answers
-// 200, restarts a child that dies, and stops all three on SIGTERM/SIGINT: one at a time, gateway
+// Starts cpu-expert-worker, gpu-worker(s) and gateway on this host (loopback gRPC between them,
+// the shared-memory ring between the workers), prints "ready" once the gateway's /health answers
+// 200, restarts a child that dies, and stops them all on SIGTERM/SIGINT: one at a time, gateway
 // first, each draining (in-flight requests finish, up to --drain-timeout) before the next.
+// --gpus 0,1 | all: one gpu-worker per GPU (each `--device N`, its own sequences and expert
+// cache), all on the one cpu-expert-worker's segment and ring; the gateway balances over them.
+// --workers N: N gpu-workers without a device each (the CPU backend, or one GPU shared by budget).
 #include <limits.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -15,6 +20,7 @@
 #include <thread>
 
 #include "deploy/local/free_port.h"
+#include "deploy/local/gpu_list.h"
 #include "deploy/local/http_probe.h"
 #include "deploy/local/supervisor.h"
 #include "shared/core/error.h"
@@ -32,6 +38,8 @@ int usage() {
                "         [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G] [--prefix-cache-gb G]\n"
                "         [--prefix-snapshot-stride N] [--tier-mode fast|exact|cpu] [--expert-cache-gb G]\n"
                "         [--admit-per-step N] [--precision auto|fp32|fp16] [--drain-timeout S] [--api-key-file FILE]\n"
+               "         [--gpus 0,1|all] [--workers N]\n"
+               "  --gpus: one gpu-worker per listed CUDA device; --workers N: N gpu-workers (no device each).\n"
                "  --api-key KEY / --api-key-file FILE / $FLASHTIER_API_KEY: the gateway gets the key through its\n"
                "  environment, never on its command line.\n"
                "  Starts the three flashtier services for DIR and serves the OpenAI API on ADDR:N\n"
@@ -53,7 +61,9 @@ void log(const std::string& m) { std::cerr << "flashtier-local: " << m << std::e
 
 int main(int argc, char** argv) {
   std::string model, host = "127.0.0.1", api_key, api_key_file, served_name, segment, ring;
-  int port = 0, drain_timeout_s = 30;
+  std::string gpus;
+  int port = 0, drain_timeout_s = 30, workers = 0;
+  bool device_flag = false;
   std::vector<std::string> worker_flags, expert_flags;
   bool in_process = false;
   for (int i = 1; i < argc; ++i) {
@@ -74,14 +84,34 @@ int main(int argc, char** argv) {
     else if (a == "--served-model-name") served_name = v;
     else if (a == "--segment") segment = v;
     else if (a == "--ring") ring = v;
+    else if (a == "--gpus") gpus = v;
+    else if (a == "--workers") workers = std::atoi(v.c_str());
     else if (a == "--max-batch-size" || a == "--chunk-size" || a == "--context-size" || a == "--backend" ||
              a == "--device" || a == "--vram-budget-gb" || a == "--prefix-cache-gb" || a == "--prefix-snapshot-stride" || a == "--tier-mode" ||
-             a == "--expert-cache-gb" || a == "--admit-per-step" || a == "--precision")
+             a == "--expert-cache-gb" || a == "--admit-per-step" || a == "--precision") {
       worker_flags.insert(worker_flags.end(), {a, v});
+      device_flag = device_flag || a == "--device";
+    }
     else if (a == "--threads") expert_flags.insert(expert_flags.end(), {a, v});
     else return usage();
   }
-  if (model.empty() || port <= 0 || port > 65535 || drain_timeout_s < 0) return usage();
+  if (model.empty() || port <= 0 || port > 65535 || drain_timeout_s < 0 || workers < 0 || workers > 64) return usage();
+  // One entry per gpu-worker: its --device, or −1 for none.
+  std::vector<int> devices;
+  try {
+    if (!gpus.empty()) {
+      if (workers > 0 || device_flag) {
+        log("--gpus names the devices itself: leave out --workers and --device");
+        return 2;
+      }
+      devices = ft::local::parse_gpu_list(gpus, std::getenv("CUDA_VISIBLE_DEVICES"));
+    } else {
+      devices.assign(static_cast<size_t>(std::max(workers, 1)), -1);
+    }
+  } catch (const ft::Error& e) {
+    log(e.what());
+    return 2;
+  }
   std::error_code ec;
   const std::string model_abs = fs::canonical(model, ec).string();
   if (ec || !fs::exists(fs::path(model_abs) / "config.json")) {
@@ -91,7 +121,8 @@ int main(int argc, char** argv) {
   const std::string bin = self_dir();
   try {
     const int expert_port = ft::local::free_loopback_port();
-    const int worker_port = ft::local::free_loopback_port();
+    std::vector<int> worker_ports;
+    for (size_t i = 0; i < devices.size(); ++i) worker_ports.push_back(ft::local::free_loopback_port());
     // Names derived from the model path and port, so a restarted launcher re-attaches to the
     // expert segment it built before and two launchers never share a ring.
     const std::string tag = std::to_string(std::hash<std::string>{}(model_abs) % 1000000007ULL);
@@ -106,19 +137,23 @@ int main(int argc, char** argv) {
       experts.argv.insert(experts.argv.end(), expert_flags.begin(), expert_flags.end());
       sup.start(experts);
     }
-    ft::local::ChildSpec worker{"gpu-worker",
-                                {bin + "/flashtier-gpu-worker", "--model", model_abs, "--listen",
-                                 "127.0.0.1:" + std::to_string(worker_port), "--experts",
-                                 in_process ? std::string("local") : "auto:127.0.0.1:" + std::to_string(expert_port)}};
-    worker.argv.insert(worker.argv.end(), worker_flags.begin(), worker_flags.end());
-    worker.argv.insert(worker.argv.end(), {"--drain-timeout", std::to_string(drain_timeout_s)});
-    worker.stop_grace = std::chrono::seconds(drain_timeout_s + 5);
-    if (!served_name.empty()) worker.argv.insert(worker.argv.end(), {"--served-model-name", served_name});
-    sup.start(worker);
     ft::local::ChildSpec gateway{"gateway",
-                                 {bin + "/flashtier-gateway", "--model-dir", model_abs, "--worker",
-                                  "127.0.0.1:" + std::to_string(worker_port), "--port", std::to_string(port),
+                                 {bin + "/flashtier-gateway", "--model-dir", model_abs, "--port", std::to_string(port),
                                   "--host", host}};
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const std::string name = devices.size() == 1 ? "gpu-worker" : "gpu-worker-" + std::to_string(i);
+      ft::local::ChildSpec worker{name,
+                                  {bin + "/flashtier-gpu-worker", "--model", model_abs, "--listen",
+                                   "127.0.0.1:" + std::to_string(worker_ports[i]), "--experts",
+                                   in_process ? std::string("local") : "auto:127.0.0.1:" + std::to_string(expert_port)}};
+      worker.argv.insert(worker.argv.end(), worker_flags.begin(), worker_flags.end());
+      if (devices[i] >= 0) worker.argv.insert(worker.argv.end(), {"--device", std::to_string(devices[i])});
+      worker.argv.insert(worker.argv.end(), {"--drain-timeout", std::to_string(drain_timeout_s)});
+      worker.stop_grace = std::chrono::seconds(drain_timeout_s + 5);
+      if (!served_name.empty()) worker.argv.insert(worker.argv.end(), {"--served-model-name", served_name});
+      sup.start(worker);
+      gateway.argv.insert(gateway.argv.end(), {"--worker", "127.0.0.1:" + std::to_string(worker_ports[i])});
+    }
     gateway.argv.insert(gateway.argv.end(), {"--drain-timeout", std::to_string(drain_timeout_s)});
     gateway.stop_grace = std::chrono::seconds(drain_timeout_s + 5);
     if (!api_key_file.empty()) gateway.argv.insert(gateway.argv.end(), {"--api-key-file", api_key_file});
@@ -142,7 +177,8 @@ int main(int argc, char** argv) {
       ready = healthy;
       std::this_thread::sleep_for(std::chrono::milliseconds(ready ? 200 : 50));
     }
-    log("signal " + std::to_string(g_signal.load()) + ": stopping the services (gateway, gpu-worker, cpu-expert-worker; each drains)");
+    log("signal " + std::to_string(g_signal.load()) + ": stopping the services (gateway, gpu-worker" +
+        (devices.size() > 1 ? "s" : "") + ", cpu-expert-worker; each drains)");
     sup.stop_all(std::chrono::milliseconds(5000));
     return 0;
   } catch (const ft::Error& e) {

@@ -63,6 +63,7 @@ std::vector<pid_t> pids_matching(std::initializer_list<std::string> parts) {
 class LocalStack : public ::testing::Test {
  protected:
   virtual std::string model_dir() { return ft::test::fixture("glm5-tiny-chat/model"); }
+  virtual std::vector<std::string> extra_args() { return {}; }
   void SetUp() override {
     port_ = ft::local::free_loopback_port();
     tag_ = "ftstack" + std::to_string(getpid());
@@ -71,6 +72,7 @@ class LocalStack : public ::testing::Test {
     const std::string bin = std::string(FLASHTIER_BIN_DIR) + "/flashtier-local";
     std::vector<std::string> args = {bin, "--model", model_dir(), "--port",
                                      std::to_string(port_), "--segment", tag_ + "-seg", "--ring", tag_ + "-ring"};
+    for (const std::string& a : extra_args()) args.push_back(a);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -227,5 +229,102 @@ TEST_F(LocalStackExl3, ServesTheFixtureGreedyTokensWithExl3Experts) {
     const auto pos = resp.find("\"output_ids\"");
     ASSERT_NE(pos, std::string::npos) << resp;
     EXPECT_EQ(ids_of(resp.substr(pos)), want) << "case " << c << ": " << resp;
+  }
+}
+
+namespace {
+
+// Two gpu-workers behind one gateway, both on the one cpu-expert-worker's segment and ring.
+class LocalStackTwoWorkers : public LocalStack {
+ protected:
+  std::vector<std::string> extra_args() override { return {"--workers", "2", "--max-batch-size", "4"}; }
+  // The launcher's gpu-worker children (by parent pid, so other tests' stacks never count).
+  std::vector<pid_t> workers() const {
+    std::vector<pid_t> out;
+    for (pid_t p : pids_matching({"flashtier-gpu-worker", "--model"})) {
+      const std::string stat = slurp("/proc/" + std::to_string(p) + "/stat");
+      const size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::stringstream ss(stat.substr(close + 2));
+      std::string state;
+      pid_t ppid = 0;
+      ss >> state >> ppid;
+      if (ppid == pid_) out.push_back(p);
+    }
+    return out;
+  }
+  // flashtier_worker_streams_total per worker address, from the gateway's /metrics.
+  std::vector<uint64_t> streams_per_worker() const {
+    std::vector<uint64_t> out;
+    std::stringstream ss(run("curl -s " + url("/metrics")));
+    for (std::string line; std::getline(ss, line);)
+      if (line.rfind("flashtier_worker_streams_total{", 0) == 0) out.push_back(std::stoull(line.substr(line.rfind(' ') + 1)));
+    return out;
+  }
+  // Waits until the gateway sees both workers SERVING (the launcher's "ready" needs only one).
+  void wait_both_up() const {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      int up = 0;
+      std::stringstream ss(run("curl -s " + url("/metrics")));
+      for (std::string line; std::getline(ss, line);)
+        if (line.rfind("flashtier_worker_up{", 0) == 0 && line.substr(line.rfind(' ') + 1) == "1") ++up;
+      if (up == 2) return;
+      ASSERT_LT(std::chrono::steady_clock::now() - t0, 30s) << slurp(err_);
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  std::string text(const std::string& body) const {
+    const size_t at = body.find("\"text\"");
+    return at == std::string::npos ? "" : body.substr(at, body.find("\"finish_reason\"", at) - at);
+  }
+};
+
+}  // namespace
+
+TEST_F(LocalStackTwoWorkers, EightConcurrentStreamsOverBothWorkersGiveOneWorkersTokens) {
+  ASSERT_EQ(workers().size(), 2u) << slurp(err_);
+  // The segment is built once, by the one cpu-expert-worker; both gpu-workers use it.
+  const std::string log = slurp(err_);
+  size_t builds = 0;
+  for (size_t at = log.find("building segment"); at != std::string::npos; at = log.find("building segment", at + 1)) ++builds;
+  EXPECT_EQ(builds, 1u) << log;
+  EXPECT_EQ(pids_matching({"flashtier-cpu-expert-worker", "--segment " + tag_ + "-seg"}).size(), 1u);
+
+  const std::string want = text(run(completion(12, false)));
+  ASSERT_FALSE(want.empty());
+  ASSERT_NO_FATAL_FAILURE(wait_both_up());
+  const std::vector<uint64_t> before = streams_per_worker();
+  std::vector<std::string> got(8);
+  std::vector<std::thread> th;
+  for (int i = 0; i < 8; ++i) th.emplace_back([&, i] { got[i] = text(run(completion(12, false))); });
+  for (auto& t : th) t.join();
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(got[i], want) << "stream " << i;
+  const std::vector<uint64_t> after = streams_per_worker();
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_GT(after[0], before[0]) << "worker 0 served none of the 8 streams";
+  EXPECT_GT(after[1], before[1]) << "worker 1 served none of the 8 streams";
+}
+
+TEST_F(LocalStackTwoWorkers, KillingOneGpuWorkerLeavesTheOtherServing) {
+  const std::string want = text(run(completion(8, false)));
+  ASSERT_FALSE(want.empty());
+  ASSERT_NO_FATAL_FAILURE(wait_both_up());
+  const std::vector<pid_t> w = workers();
+  ASSERT_EQ(w.size(), 2u);
+  ASSERT_EQ(kill(w[0], SIGKILL), 0);
+  // While the launcher restarts it, the other serves: every request succeeds with the same text
+  // (a request that lands on the dead one is refused UNAVAILABLE and the gateway takes it out).
+  int ok = 0;
+  for (int i = 0; i < 10; ++i) {
+    const std::string body = run(completion(8, false));
+    if (text(body) == want) ++ok;
+    else ADD_FAILURE() << "request " << i << " after the kill: " << body;
+  }
+  EXPECT_EQ(ok, 10);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (slurp(err_).find("gpu-worker-0 restarted") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, 20s) << slurp(err_);
+    std::this_thread::sleep_for(50ms);
   }
 }

@@ -7,11 +7,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <thread>
 
 #include "deploy/local/free_port.h"
+#include "deploy/local/gpu_list.h"
 #include "deploy/local/http_probe.h"
 #include "deploy/local/supervisor.h"
+#include "shared/core/error.h"
+#include "tests/support/test_paths.h"
 
 using namespace ft::local;
 using namespace std::chrono_literals;
@@ -89,4 +93,19 @@ TEST(HttpProbe, ReadsTheStatusCode) {
   server.join();
   close(fd);
   EXPECT_EQ(http_get_status("127.0.0.1", port, "/health", 300ms), -1);  // nobody listens now
+}
+
+TEST(GpuList, ParsesOrdinalsAndAll) {
+  EXPECT_EQ(ft::local::parse_gpu_list("0,1", nullptr), (std::vector<int>{0, 1}));
+  EXPECT_EQ(ft::local::parse_gpu_list("3", nullptr), (std::vector<int>{3}));
+  EXPECT_EQ(ft::local::parse_gpu_list("all", "0,2,5"), (std::vector<int>{0, 1, 2}));
+  ft::test::TempDir dev;
+  for (const char* n : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "null"})
+    std::ofstream(dev / n).put('x');
+  EXPECT_EQ(ft::local::parse_gpu_list("all", nullptr, dev.path()), (std::vector<int>{0, 1}));
+  for (const char* bad : {"", "a", "0,,1", "0,0", "-1", "1.5"})
+    EXPECT_THROW(ft::local::parse_gpu_list(bad, nullptr), ft::Error) << bad;
+  ft::test::TempDir empty;
+  EXPECT_THROW(ft::local::parse_gpu_list("all", nullptr, empty.path()), ft::Error);
+  EXPECT_THROW(ft::local::parse_gpu_list("all", "", empty.path()), ft::Error) << "an empty CUDA_VISIBLE_DEVICES counts the device nodes";
 }
