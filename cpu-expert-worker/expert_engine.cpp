@@ -213,7 +213,7 @@ void SegmentExperts::compute_exl3(const ipc::ExpertBatch& b, float* out) {
 
 void SegmentExperts::compute(const ipc::ExpertBatch& b, float* out) {
   validate(b);
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<FifoMutex> lk(mu_);
   if (b.n_tokens == 0) return;
   plan(b, seg_.moe_index(b.layer));
   if (exl3_layer_) compute_exl3(b, out);

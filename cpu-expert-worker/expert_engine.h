@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu-expert-worker/dense_kernel.h"
+#include "shared/core/fifo_mutex.h"
 #include "shared/exl3/expert_forward.h"
 #include "shared/exl3/kernels.h"
 #include "shared/exl3/thread_pool.h"
@@ -20,7 +21,8 @@ class ExpertEngine {
   virtual ~ExpertEngine() = default;
   virtual const ipc::TierInfo& info() const = 0;
   // out: [n_tokens, hidden]. Throws ft::Error for a malformed batch (wrong layer, expert id out of
-  // range, wrong hidden size). Safe to call from several threads (batches run one at a time).
+  // range, wrong hidden size). Safe to call from several threads (batches run one at a time, in
+  // the order they arrive).
   virtual void compute(const ipc::ExpertBatch& b, float* out) = 0;
   virtual int threads() const = 0;
 };
@@ -77,7 +79,7 @@ class SegmentExperts : public ExpertEngine {
   exl3::SimdPath exl3_simd_;
   exl3::ThreadPool pool_;
   exl3::ExpertRunner runner_;
-  std::mutex mu_;
+  FifoMutex mu_;  // batches one at a time, in arrival order whatever client sent them
 
   // Per-batch state (guarded by mu_), reused between batches.
   std::vector<Pair> pairs_;

@@ -1,5 +1,6 @@
 #include "cpu-expert-worker/grpc_service.h"
 
+#include <chrono>
 #include <exception>
 
 #include "shared/core/error.h"
@@ -68,14 +69,63 @@ void ExpertTierService::answer(const pb::ExpertRequest& req, pb::ExpertResponse&
 
 grpc::Status ExpertTierService::Compute(grpc::ServerContext* ctx,
                                         grpc::ServerReaderWriter<pb::ExpertResponse, pb::ExpertRequest>* stream) {
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> l(streams_mu_);
+    id = next_stream_++;
+    streams_[id].peer = ctx->peer();
+  }
   pb::ExpertRequest req;
   pb::ExpertResponse resp;
   while (stream->Read(&req)) {
     resp.Clear();
+    const auto t0 = std::chrono::steady_clock::now();
     answer(req, resp);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    {
+      std::lock_guard<std::mutex> l(streams_mu_);
+      StreamStats& s = streams_[id];
+      ++s.requests;
+      s.failed += !resp.error().empty();
+      s.tokens += req.n_tokens();
+      s.busy_ns += static_cast<uint64_t>(ns);
+    }
     if (!stream->Write(resp)) break;
     if (ctx->IsCancelled()) break;
   }
+  std::lock_guard<std::mutex> l(streams_mu_);
+  streams_.erase(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ExpertTierService::Stats(grpc::ServerContext*, const pb::StatsRequest*, pb::StatsResponse* r) {
+  {
+    std::lock_guard<std::mutex> l(st_.ring_mu);
+    if (st_.ring)
+      for (const ipc::ChannelStats& c : st_.ring->channel_stats()) {
+        pb::ClientStats* s = r->add_clients();
+        s->set_client("ring channel " + std::to_string(c.channel));
+        s->set_pid(c.owner_pid);
+        s->set_requests(c.requests);
+        s->set_failed(c.failed);
+        s->set_tokens(c.tokens);
+        s->set_busy_ms(static_cast<double>(c.busy_ns) / 1e6);
+        s->set_wait_ms(static_cast<double>(c.wait_ns) / 1e6);
+      }
+  }
+  {
+    std::lock_guard<std::mutex> l(streams_mu_);
+    for (const auto& [id, st] : streams_) {
+      pb::ClientStats* s = r->add_clients();
+      s->set_client(st.peer);
+      s->set_requests(st.requests);
+      s->set_failed(st.failed);
+      s->set_tokens(st.tokens);
+      s->set_busy_ms(static_cast<double>(st.busy_ns) / 1e6);
+    }
+  }
+  const ExpertEngine* eng = st_.engine.load();
+  r->set_threads(eng ? static_cast<uint32_t>(eng->threads()) : st_.threads);
   return grpc::Status::OK;
 }
 

@@ -3,6 +3,7 @@
 // stream for gpu-workers on other hosts. It answers Info while the segment is still loading and
 // rejects Compute requests until the engine is there.
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -10,6 +11,7 @@
 #include "cpu-expert-worker/expert_engine.h"
 #include "cpu-expert-worker/segment_builder.h"
 #include "proto/flashtier/experts.grpc.pb.h"
+#include "shared/ipc/ring_server.h"
 
 namespace ft::cew {
 
@@ -23,6 +25,10 @@ struct WorkerState {
   std::string host_id;
   uint32_t threads = 0;
   uint32_t layout_version = 0;
+  // The ring server while it runs (Stats reads its per-channel figures); set and cleared under
+  // ring_mu, so Stats never reads a ring that is being closed.
+  std::mutex ring_mu;
+  const ipc::RingServer* ring = nullptr;
 };
 
 class ExpertTierService final : public flashtier::experts::v1::ExpertTier::Service {
@@ -36,11 +42,21 @@ class ExpertTierService final : public flashtier::experts::v1::ExpertTier::Servi
       grpc::ServerReaderWriter<flashtier::experts::v1::ExpertResponse, flashtier::experts::v1::ExpertRequest>* stream)
       override;
 
+  grpc::Status Stats(grpc::ServerContext*, const flashtier::experts::v1::StatsRequest*,
+                     flashtier::experts::v1::StatsResponse* resp) override;
   // One request → one response (error text in `error`, never an exception). Public for tests.
   void answer(const flashtier::experts::v1::ExpertRequest& req, flashtier::experts::v1::ExpertResponse& resp);
 
  private:
+  struct StreamStats {
+    std::string peer;
+    uint64_t requests = 0, failed = 0, tokens = 0;
+    uint64_t busy_ns = 0;
+  };
   WorkerState& st_;
+  std::mutex streams_mu_;
+  std::map<uint64_t, StreamStats> streams_;  // open Compute streams
+  uint64_t next_stream_ = 0;
 };
 
 }  // namespace ft::cew

@@ -156,6 +156,10 @@ int run(const WorkerOptions& o, StopSignal& stop) {
     log_line(pf);
   }
   st.engine = &engine;
+  {
+    std::lock_guard<std::mutex> l(st.ring_mu);
+    st.ring = tier.ring();
+  }
   log_line("ready: " + std::to_string(h.n_moe_layers) + " MoE layers x " + std::to_string(h.n_experts) +
            " experts, " + std::to_string(engine.threads()) + " threads (" + engine.kernels() + ")" +
            (tier.has_ring() ? ", ring " + o.ring : std::string()) + (server ? ", gRPC port " + std::to_string(port) : std::string()));
@@ -178,6 +182,10 @@ int run(const WorkerOptions& o, StopSignal& stop) {
   log_line(std::string("signal ") + std::to_string(stop.signal) + ": stopping");
   st.stopping = true;
   st.engine = nullptr;
+  {
+    std::lock_guard<std::mutex> l(st.ring_mu);
+    st.ring = nullptr;
+  }
   tier.stop();
   if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // A clean stop leaves no ring behind (clients that still map it see the server gone and

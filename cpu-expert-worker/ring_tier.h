@@ -25,6 +25,7 @@ class RingTier {
 
   SegmentExperts& engine() { return engine_; }
   bool has_ring() const { return ring_ != nullptr; }
+  const ipc::RingServer* ring() const { return ring_.get(); }
   double prefault_seconds() const { return prefault_s_; }
   // Stops answering (clients waiting fail at once); the ring stays for a restarted server.
   void stop();

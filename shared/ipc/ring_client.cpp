@@ -166,6 +166,7 @@ void RingClient::call_piece(const ExpertBatch& b, float* out) {
   c.flags = b.flags;
   c.seq = ++seq_;
   c.error_len = 0;
+  c.posted_ns = monotonic_ns();
   c.state.store(Request, std::memory_order_seq_cst);
   h.doorbell.fetch_add(1, std::memory_order_seq_cst);
   if (h.server_sleeping.load(std::memory_order_seq_cst)) futex_wake(&h.doorbell, 1);

@@ -10,7 +10,10 @@
 // gpu-worker asks once per MoE layer per step and waits for the answer). The server serves the
 // channels in index order from one dispatcher thread; the expert thread pool parallelises inside a
 // request. One channel per client (instead of a shared queue) means no client can ever see or
-// corrupt another's payload, and a dead client costs one channel, reclaimed by pid.
+// corrupt another's payload, and a dead client costs one channel, reclaimed by pid. Each pass of
+// the dispatcher serves every pending channel once, starting after the one it served last, so no
+// client waits behind more than one request of each other client (each has at most one in
+// flight, of at most max_tokens tokens).
 //
 // Channel protocol (state is the futex word the client sleeps on; doorbell the server's):
 //   client: write payload → state = Request → ++doorbell → wake(doorbell) if server_sleeping
@@ -69,6 +72,9 @@ struct ChannelCtl {
   alignas(64) uint64_t done_seq;
   uint32_t error_len, reserved1;
   char error[kErrorBytes];
+  // Written by the client before it posts (CLOCK_MONOTONIC, host-wide; 0 from older clients):
+  // the server's queueing time per client starts here.
+  uint64_t posted_ns;
 };
 static_assert(sizeof(ChannelCtl) <= kPage);
 

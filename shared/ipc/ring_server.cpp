@@ -112,6 +112,8 @@ RingServer::RingServer(const std::string& name, const RingConfig& cfg, const Tie
   h.server_sleeping.store(0);
   h.ready.store(1);
 
+  stats_.resize(cfg_.channels);
+  for (uint32_t i = 0; i < cfg_.channels; ++i) stats_[i].channel = i;
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
   dispatcher_ = std::thread([this] { dispatch_loop(); });
 }
@@ -141,14 +143,32 @@ void RingServer::heartbeat_loop() {
   }
 }
 
+std::vector<ChannelStats> RingServer::channel_stats() const {
+  std::vector<ChannelStats> out;
+  {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    out = stats_;
+  }
+  for (ChannelStats& s : out) {
+    const uint64_t owner = channel(shm_, s.channel).owner.load();
+    s.owner_pid = static_cast<uint32_t>(owner >> 32);
+  }
+  return out;
+}
+
 bool RingServer::serve_pending() {
   const RingHeader& h = header(shm_);
   bool any = false;
-  for (uint32_t i = 0; i < cfg_.channels; ++i) {
+  const uint32_t start = next_;
+  for (uint32_t k = 0; k < cfg_.channels; ++k) {
+    const uint32_t i = (start + k) % cfg_.channels;
     ChannelCtl& c = channel(shm_, i);
     if (c.state.load(std::memory_order_acquire) != Request) continue;
     any = true;
+    next_ = (i + 1) % cfg_.channels;
     c.state.store(Working, std::memory_order_relaxed);
+    const uint64_t t_start = monotonic_ns();
+    const uint64_t posted = c.posted_ns;
     const PayloadLayout pl(h.hidden, h.max_tokens, h.max_slots);
     uint8_t* p = payload(shm_, i);
     ExpertBatch b;
@@ -178,6 +198,16 @@ bool RingServer::serve_pending() {
     if (result == Failed) {
       c.error_len = static_cast<uint32_t>(std::min<size_t>(err.size(), kErrorBytes));
       std::memcpy(c.error, err.data(), c.error_len);
+    }
+    const uint64_t t_end = monotonic_ns();
+    {
+      std::lock_guard<std::mutex> l(stats_mu_);
+      ChannelStats& s = stats_[i];
+      ++s.requests;
+      s.failed += result == Failed;
+      s.tokens += b.n_tokens;
+      s.busy_ns += t_end - t_start;
+      if (posted > 0 && posted <= t_start) s.wait_ns += t_start - posted;
     }
     c.done_seq = c.seq;
     c.state.store(result, std::memory_order_seq_cst);

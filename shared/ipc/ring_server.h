@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "shared/ipc/expert_batch.h"
 #include "shared/ipc/shm.h"
@@ -19,6 +21,15 @@ struct RingConfig {
   uint32_t channels = 8;      // concurrent clients (gpu-workers on this host)
   uint32_t max_tokens = 256;  // per request; clients split larger batches (results are per token)
   uint32_t max_slots = 16;    // experts per token
+};
+
+// What one channel's client got from this server (since the server started).
+struct ChannelStats {
+  uint32_t channel = 0;
+  uint32_t owner_pid = 0;   // 0: free (pid in the client's namespace)
+  uint64_t requests = 0, failed = 0, tokens = 0;
+  uint64_t busy_ns = 0;     // computing its requests
+  uint64_t wait_ns = 0;     // posted → picked up (behind other clients' requests or a sleeping server)
 };
 
 struct RingServerOptions {
@@ -48,6 +59,8 @@ class RingServer {
   const std::string& name() const { return shm_.name(); }
   uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
   uint32_t epoch() const;
+  // Per channel, in channel order.
+  std::vector<ChannelStats> channel_stats() const;
 
   static bool remove(const std::string& name) { return ShmMapping::remove(name); }
 
@@ -62,6 +75,9 @@ class RingServer {
   Handler handler_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> requests_{0};
+  uint32_t next_ = 0;  // the channel a pass starts at: the one after the last served
+  mutable std::mutex stats_mu_;
+  std::vector<ChannelStats> stats_;
   std::thread dispatcher_, heartbeat_;
 };
 

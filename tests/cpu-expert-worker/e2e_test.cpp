@@ -13,7 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
 #include "gpu-worker/experts/remote_experts.h"
+#include "proto/flashtier/experts.grpc.pb.h"
 #include "shared/core/error.h"
 #include "shared/engine/reference_engine.h"
 #include "shared/ipc/ring_server.h"
@@ -184,6 +187,51 @@ TEST(EndToEndExl3, F16OperandsReachTheWorkerOverRingAndGrpc) {
   EXPECT_LT(e, 1e-2);
   ipc::ShmMapping::remove(segment);
   ipc::RingServer::remove(ring);
+}
+
+// Stats names every client: two gpu-workers on ring channels (their pids, requests, tokens,
+// time computing and queued) and one on a gRPC stream, while they are connected.
+TEST_F(EndToEnd, StatsNamesEveryClientWithItsRequests) {
+  const ModelConfig& cfg = tiny_chat().cfg;
+  int64_t layer = 0;
+  while (!cfg.is_moe(layer)) ++layer;
+  const int64_t D = cfg.hidden_size, n = 2;
+  std::vector<float> x(static_cast<size_t>(n * D), 0.5f), out(x.size());
+  const std::vector<Routing> routes(static_cast<size_t>(n), Routing{{0, 1}, {0.5f, 0.5f}});
+  auto ring_a = RemoteExperts::create("shm:" + ring, RemoteExpertsOptions::for_model(cfg));
+  auto ring_b = RemoteExperts::create("shm:" + ring, RemoteExpertsOptions::for_model(cfg));
+  auto stream = RemoteExperts::create("grpc:" + grpc, RemoteExpertsOptions::for_model(cfg));
+  for (int i = 0; i < 3; ++i) ring_a->compute(layer, x.data(), n, routes, out.data(), exl3::Operands::F32);
+  ring_b->compute(layer, x.data(), n, routes, out.data(), exl3::Operands::F32);
+  for (int i = 0; i < 2; ++i) stream->compute(layer, x.data(), n, routes, out.data(), exl3::Operands::F32);
+
+  auto stub = flashtier::experts::v1::ExpertTier::NewStub(grpc::CreateChannel(grpc, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  flashtier::experts::v1::StatsResponse st;
+  ASSERT_TRUE(stub->Stats(&ctx, {}, &st).ok());
+  EXPECT_EQ(st.threads(), 1u);
+  std::vector<uint64_t> ring_requests;
+  int streams = 0;
+  for (const auto& c : st.clients()) {
+    if (c.client().rfind("ring channel ", 0) == 0) {
+      if (c.pid() == 0) {
+        EXPECT_EQ(c.requests(), 0u) << c.client();
+        continue;
+      }
+      EXPECT_EQ(c.pid(), static_cast<uint32_t>(getpid())) << c.client();
+      EXPECT_EQ(c.tokens(), c.requests() * n) << c.client();
+      EXPECT_GT(c.busy_ms(), 0.0) << c.client();
+      ring_requests.push_back(c.requests());
+    } else {
+      ++streams;
+      EXPECT_EQ(c.requests(), 2u) << c.client();
+      EXPECT_EQ(c.tokens(), 2u * n) << c.client();
+      EXPECT_EQ(c.failed(), 0u) << c.client();
+    }
+  }
+  std::sort(ring_requests.begin(), ring_requests.end());
+  EXPECT_EQ(ring_requests, (std::vector<uint64_t>{1, 3}));
+  EXPECT_EQ(streams, 1);
 }
 
 // Eight sequences decoded together give each one the same logits, bit for bit, as alone.

@@ -179,6 +179,29 @@ TEST(SplitRates, FollowObservedLayersAndBoundOutliers) {
   EXPECT_EQ(sane.observations(), 0u);
 }
 
+// A CPU tier shared with another busy gpu-worker answers later (its batches queue behind the
+// other's): the observed per-expert time grows, and the split sends this worker's misses to
+// zero-copy instead, until the two sides finish together again.
+TEST(SplitRates, ACpuTierSharedWithABusyClientGetsFewerMisses) {
+  TierRates start;
+  start.cpu_expert = 300, start.cpu_row = 60, start.handoff = 100;
+  start.zc_expert = 200, start.zc_row = 1, start.hit_expert = 10;
+  SplitRates fit(start, 0.1);
+  std::vector<Miss> m;
+  for (int e = 0; e < 8; ++e) m.push_back({e * 7, 1});
+  const size_t alone = split_misses(fit.rates(), TierMode::Fast, m, 0).cpu.size();
+  ASSERT_GT(alone, 2u);
+  // Another client keeps the pool busy: every call now also waits for one batch of its own size.
+  for (int i = 0; i < 60; ++i) {
+    const int experts = 3;
+    fit.observe_cpu(experts, 0, start.handoff + 2 * start.cpu_expert * experts);
+  }
+  EXPECT_NEAR(fit.rates().cpu_expert, 2 * start.cpu_expert, 0.05 * start.cpu_expert);
+  const LayerSplit shared = split_misses(fit.rates(), TierMode::Fast, m, 0);
+  EXPECT_LT(shared.cpu.size(), alone);
+  EXPECT_GT(shared.zero_copy.size(), m.size() - alone);
+}
+
 TEST(RoutingTrace, SkewLocalityAndTheFileFormat) {
   TraceShape shape{4, 64, 8};
   SyntheticTraceOptions skewed{1.1, 0.0, 7}, uniform{0.0, 0.0, 7}, local{0.0, 0.5, 7};

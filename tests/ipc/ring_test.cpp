@@ -302,3 +302,65 @@ TEST_F(Ring, FrozenServerInAnotherPidNamespaceIsDetectedByItsHeartbeat) {
   EXPECT_LT(ms, 400.0);
   peer.proc().kill(SIGKILL);
 }
+
+// Two clients of one server (in this process, so the handler can be slow on purpose) keep a
+// request posted all the time: each pass of the dispatcher serves both, so neither gets more
+// than one request ahead of the other, and the per-channel figures name both clients.
+TEST_F(Ring, BusyClientsAreServedInTurnAndCountedPerChannel) {
+  TierInfo info;
+  info.hidden = 16;
+  info.n_layers = 2;
+  info.n_experts = 64;
+  info.top_k = 4;
+  info.moe_layers = {1};
+  RingConfig cfg;
+  cfg.channels = 4;
+  std::atomic<int> inside{0}, overlap{0};
+  RingServer server(name, cfg, info, [&](const ExpertBatch& b, float* out) {
+    overlap += inside.fetch_add(1) != 0;
+    std::this_thread::sleep_for(1ms);
+    std::fill(out, out + size_t{b.n_tokens} * b.hidden, 0.0f);
+    inside.fetch_sub(1);
+  });
+  auto a = connect(name), c = connect(name);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> done[2] = {0, 0};
+  std::atomic<int64_t> max_lead{0};
+  std::vector<std::thread> ts;
+  for (int k = 0; k < 2; ++k)
+    ts.emplace_back([&, k] {
+      RingClient* cl = k == 0 ? a.get() : c.get();
+      Batch x(3, 4, 16, 11 + k);
+      std::vector<float> out(3 * 16);
+      while (!stop) {
+        cl->call(x.view(1), out.data());
+        const int64_t lead = static_cast<int64_t>(++done[k]) - static_cast<int64_t>(done[1 - k].load());
+        int64_t m = max_lead.load();
+        while (lead > m && !max_lead.compare_exchange_weak(m, lead)) {
+        }
+      }
+    });
+  std::this_thread::sleep_for(400ms);
+  stop = true;
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(overlap.load(), 0) << "the handler ran two requests at once";
+  EXPECT_GT(done[0].load(), 50u);
+  EXPECT_GT(done[1].load(), 50u);
+  // A client may count its answer before the other counts its own from the same pass.
+  EXPECT_LE(max_lead.load(), 2) << done[0].load() << " vs " << done[1].load();
+  const std::vector<ChannelStats> st = server.channel_stats();
+  ASSERT_EQ(st.size(), 4u);
+  for (const auto& [cl, k] : {std::pair<RingClient*, int>{a.get(), 0}, {c.get(), 1}}) {
+    const ChannelStats& s = st[cl->channel()];
+    EXPECT_EQ(s.owner_pid, static_cast<uint32_t>(getpid()));
+    EXPECT_EQ(s.requests, done[k].load());
+    EXPECT_EQ(s.tokens, 3 * done[k].load());
+    EXPECT_EQ(s.failed, 0u);
+    EXPECT_GE(s.busy_ns, s.requests * 1'000'000) << "each request slept 1 ms";
+    EXPECT_GT(s.wait_ns, 0u) << "each waited for the other's request";
+  }
+  uint64_t idle = 0;
+  for (const ChannelStats& s : st) idle += s.owner_pid == 0 && s.requests == 0;
+  EXPECT_EQ(idle, 2u);
+  server.stop();
+}
