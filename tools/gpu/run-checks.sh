@@ -9,7 +9,7 @@
 #                                       flashtier-check --backend cuda on every model fixture, then the
 #                                       benchmarks; logs go to $OUT (or .gpu-bundle/out); a table ends it.
 #                                       what: all (default), or a comma list of probe, tests,
-#                                       check, stack, bench
+#                                       check, stack, bench; initcheck and panel only when named
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -64,6 +64,7 @@ probe() {
 run() {
   local what=${1:-all}
   has() { [ "$what" = all ] || [[ ",$what," == *",$1,"* ]]; }
+  named() { [[ ",$what," == *",$1,"* ]]; }  # sections "all" leaves out (long: name them)
   local out=${OUT:-$BUNDLE/out}
   mkdir -p "$out" "$BUNDLE/x"
   tar -C "$BUNDLE/x" -xJf "$BUNDLE/bundle.tar.xz"
@@ -120,6 +121,25 @@ run() {
       table+=("| $b | rc=$rc | see bench.txt |")
       tail -30 "$out/bench1.txt"
     done
+  fi
+  if named initcheck && command -v compute-sanitizer >/dev/null; then
+    # Reads of device memory nothing wrote, in the engines on fresh memory (the poison tests'
+    # first engines): INITCHECK_FILTER picks the tests.
+    echo "== compute-sanitizer --tool initcheck"
+    timeout "${INITCHECK_TIMEOUT:-150}" compute-sanitizer --tool initcheck --print-limit 20 "$bin/test_cuda" \
+      --gtest_filter="${INITCHECK_FILTER:-*PoisonedMemory*:*OneWorkspace*}" >"$out/initcheck.txt" 2>&1
+    local rc=$?
+    grep -E "Uninitialized|^=========     at|ERROR SUMMARY" "$out/initcheck.txt" | head -40
+    table+=("| initcheck | rc=$rc | $(grep -E 'ERROR SUMMARY' "$out/initcheck.txt" | tail -1) |")
+  fi
+  if named panel && [ -x "$bin/flashtier-bench-tiers" ]; then
+    # The real-width tier agreement panel (issue 10): exact, fast, and a second exact engine.
+    echo "== tier agreement panel"
+    timeout "${PANEL_TIMEOUT:-420}" "$bin/flashtier-bench-tiers" --vram-budget-gb 24 --modes "" --agreement 1000 \
+      --agreement-exact-again ${PANEL_ARGS:-} >"$out/panel.txt" 2>&1
+    local rc=$?
+    grep -E "KL|^\| (fast|exact)|panel pass" "$out/panel.txt"
+    table+=("| panel | rc=$rc | $(grep -E 'mean KL' "$out/panel.txt" | head -1 | grep -oE 'mean KL [^;]*' ) |")
   fi
   rm -f "$out/check1.txt" "$out/bench1.txt"
   echo
