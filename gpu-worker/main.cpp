@@ -1,6 +1,6 @@
 // flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR] [--max-batch-size N]
 //                      [--chunk-size N] [--context-size N] [--max-queue N] [--served-model-name NAME]
-//                      [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]
+//                      [--backend cuda|cpu|auto] [--device N|auto] [--vram-budget-gb G]
 //                      [--prefix-cache-gb G] [--prefix-snapshot-stride N] [--tier-mode M]
 //                      [--expert-cache-gb G] [--admit-per-step N]
 //                      [--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]]
@@ -23,12 +23,13 @@ namespace {
 int usage() {
   std::cerr << "usage: flashtier-gpu-worker --model DIR [--listen HOST:PORT] [--experts local|ADDR]\n"
                "         [--max-batch-size N] [--chunk-size N] [--context-size N] [--max-queue N]\n"
-               "         [--served-model-name NAME] [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G]\n"
+               "         [--served-model-name NAME] [--backend cuda|cpu|auto] [--device N|auto] [--vram-budget-gb G]\n"
                "         [--prefix-cache-gb G] [--prefix-snapshot-stride N] [--tier-mode fast|exact|cpu]\n"
                "         [--expert-cache-gb G] [--admit-per-step N] [--precision auto|fp32|fp16]\n"
                "  --backend         cuda: the GPU engine; cpu: the fp32 reference engine; auto (default):\n"
                "                    cuda when a GPU is present, else cpu (the choice is logged at start)\n"
-               "  --device N        CUDA device index (default 0)\n"
+               "  --device N|auto   CUDA device index (default 0); auto: the first GPU no other gpu-worker\n"
+               "                    holds (a lock file per GPU in --device-lock-dir, default /dev/shm)\n"
                "  --vram-budget-gb  cap on all VRAM the worker allocates (default: the card's free memory)\n"
                "  --precision P     CUDA backend: fp32 (fp32 activations and caches: the reference engine's\n"
                "                    results), fp16 (tensor-core operands, fp32 accumulation), or auto\n"
@@ -84,7 +85,8 @@ int main(int argc, char** argv) {
       else if (a == "--max-queue") o.scheduler.max_queue = std::stoi(v);
       else if (a == "--served-model-name") o.served_model_name = v;
       else if (a == "--backend") o.backend = v;
-      else if (a == "--device") o.device = std::stoi(v);
+      else if (a == "--device") o.device = v == "auto" ? -1 : std::stoi(v);
+      else if (a == "--device-lock-dir") o.device_lock_dir = v;
       else if (a == "--vram-budget-gb") o.vram_budget_gb = std::stod(v);
       else if (a == "--prefix-cache-gb") o.prefix_cache_gb = std::stod(v);
       else if (a == "--prefix-snapshot-stride") o.prefix_snapshot_stride = std::stoll(v);
@@ -104,6 +106,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.model_dir.empty()) return usage();
+  if (o.device < -1) {
+    std::cerr << "flashtier-gpu-worker: --device must be a device index or auto\n";
+    return 2;
+  }
   if (o.precision != "auto" && o.precision != "fp32" && o.precision != "fp16") {
     std::cerr << "flashtier-gpu-worker: --precision must be auto, fp32 or fp16\n";
     return 2;

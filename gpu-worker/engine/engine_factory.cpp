@@ -10,6 +10,14 @@
 
 namespace ft::worker {
 
+std::vector<std::string> gpu_device_ids() {
+  std::vector<std::string> ids;
+#ifdef FLASHTIER_HAVE_CUDA
+  for (int i = 0; i < cuda::device_count(); ++i) ids.push_back(cuda::device_pci_id(i));
+#endif
+  return ids;
+}
+
 std::string resolve_backend(const std::string& requested) {
 #ifdef FLASHTIER_HAVE_CUDA
   const bool gpu = cuda::device_count() > 0;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shared/engine/engine.h"
 #include "shared/engine/expert_backend.h"
@@ -27,6 +28,10 @@ struct EngineConfig {
   uint64_t expert_cache_bytes = 0;
   int admit_per_step = 16;
 };
+
+// A stable name (PCI bus id) of every CUDA device this process sees, in device order; empty
+// without the CUDA backend or a GPU.
+std::vector<std::string> gpu_device_ids();
 
 // "auto" → "cuda" when this build has the CUDA backend and a GPU is present, else "cpu".
 // Throws ft::Error for "cuda" without either, or an unknown name.

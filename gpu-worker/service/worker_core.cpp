@@ -62,6 +62,12 @@ void WorkerCore::load() {
     EngineConfig ec;
     ec.backend = backend;
     ec.device = opts_.device;
+    if (backend == "cuda" && opts_.device < 0) {
+      device_claim_ = DeviceClaim::first_free(gpu_device_ids(), opts_.device_lock_dir);
+      ec.device = device_claim_.index();
+      std::cerr << "gpu-worker: --device auto took CUDA device " << ec.device << " (" << device_claim_.path() << ")"
+                << std::endl;
+    }
     ec.vram_budget_bytes = static_cast<uint64_t>(opts_.vram_budget_gb * 1073741824.0);
     ec.max_sequences = so.max_batch_size;
     ec.max_tokens_per_step = so.chunk_size + so.max_batch_size;

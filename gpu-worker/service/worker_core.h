@@ -12,6 +12,7 @@
 
 #include "gpu-worker/engine/scheduler.h"
 #include "shared/engine/engine.h"
+#include "gpu-worker/engine/device_claim.h"
 #include "shared/engine/expert_backend.h"
 #include "shared/engine/weights.h"
 #include "shared/grammar/vocabulary.h"
@@ -24,7 +25,9 @@ struct WorkerOptions {
   std::string served_model_name;  // default: the model folder's name
   std::string experts = "local";  // "local" or an expert-tier address (see make_expert_backend)
   std::string backend = "auto";   // "cpu", "cuda", or "auto" (cuda when a GPU is present)
-  int device = 0;                 // CUDA device index
+  int device = 0;                 // CUDA device index; −1 (--device auto): the first GPU no other
+                                  // gpu-worker holds (engine/device_claim.h)
+  std::string device_lock_dir = "/dev/shm";  // where --device auto's lock files live
   double vram_budget_gb = 0;      // 0: the card's free memory
   double prefix_cache_gb = 2;     // prefix-cache snapshots (0: off)
   std::string tier_mode = "fast"; // remote experts on the CUDA backend: fast | exact | cpu
@@ -69,6 +72,7 @@ class WorkerCore {
   std::atomic<State> state_{State::Loading};
   mutable std::mutex m_;
   std::string error_;
+  DeviceClaim device_claim_;  // --device auto: held for the process's life
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<ExpertBackend> experts_;
   std::unique_ptr<Engine> engine_;

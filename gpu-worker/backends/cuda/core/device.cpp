@@ -22,6 +22,12 @@ int device_count() {
   return n;
 }
 
+std::string device_pci_id(int index) {
+  char id[32] = {};
+  FT_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, index));
+  return id;
+}
+
 DeviceInfo use_device(int index) {
   const int n = device_count();
   if (index < 0 || index >= n)

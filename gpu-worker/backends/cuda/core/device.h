@@ -18,6 +18,9 @@ struct DeviceInfo {
   std::string summary() const;  // one line for logs
 };
 
+// The device's PCI bus id ("0000:41:00.0"): names one GPU whatever order a process sees them in.
+std::string device_pci_id(int index);
+
 // Makes `index` the current device of the calling thread and describes it. Throws ft::Error
 // when the index is out of range.
 DeviceInfo use_device(int index);
