@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -227,6 +228,7 @@ struct GemvRow {
   std::string shape;
   int K, batch;
   double us, gws, gbs, pct_hbm, issue_gws, pct_issue;
+  double graph_us = 0, pdl_us = 0, pdl_graph_us = 0;  // replayed from a CUDA graph; programmatic launch
   bool sass_measured;
 };
 
@@ -254,6 +256,35 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
   FT_CUDA_CHECK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
   auto* y = dev_alloc<float>(8 * 32768);
   Timer tm;
+  cudaStream_t cs;  // blocking: ordered with the legacy stream the buffers were filled on
+  FT_CUDA_CHECK(cudaStreamCreate(&cs));
+  cudaEvent_t ga, gb;
+  FT_CUDA_CHECK(cudaEventCreate(&ga));
+  FT_CUDA_CHECK(cudaEventCreate(&gb));
+  // µs per call with `calls` calls captured in one CUDA graph (as decode steps run), best of 3.
+  auto graph_us = [&](int calls, const std::function<void(int, cudaStream_t)>& call) {
+    cudaGraph_t g;
+    cudaGraphExec_t e;
+    FT_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < calls; ++i) call(i, cs);
+    FT_CUDA_CHECK(cudaStreamEndCapture(cs, &g));
+    FT_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    FT_CUDA_CHECK(cudaGraphLaunch(e, cs));
+    double best = 1e30;
+    for (int w = 0; w < 3; ++w) {
+      FT_CUDA_CHECK(cudaEventRecord(ga, cs));
+      FT_CUDA_CHECK(cudaGraphLaunch(e, cs));
+      FT_CUDA_CHECK(cudaEventRecord(gb, cs));
+      FT_CUDA_CHECK(cudaEventSynchronize(gb));
+      float ms = 0;
+      FT_CUDA_CHECK(cudaEventElapsedTime(&ms, ga, gb));
+      best = std::min(best, 1e3 * ms / calls);
+    }
+    FT_CUDA_CHECK(cudaGraphExecDestroy(e));
+    FT_CUDA_CHECK(cudaGraphDestroy(g));
+    return best;
+  };
+  const bool pdl_here = B.arch >= 90;
   std::vector<GemvRow> rows;
   for (const Shape& s : shapes)
     for (int K : {2, 3, 4}) {
@@ -272,6 +303,15 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
         const double us = tm.us_per_call(calls, [&](int i) {
           exl3_linear(L[i % copies], x, s.in, batch, y, s.out, ws, nullptr);
         });
+        auto on = [&](int i, cudaStream_t st) { exl3_linear(L[i % copies], x, s.in, batch, y, s.out, ws, st); };
+        const double g_us = graph_us(calls, on);
+        double p_us = 0, pg_us = 0;
+        if (pdl_here) {
+          exl3_set_programmatic_launch(true);
+          p_us = tm.us_per_call(calls, [&](int i) { exl3_linear(L[i % copies], x, s.in, batch, y, s.out, ws, nullptr); });
+          pg_us = graph_us(calls, on);
+          exl3_set_programmatic_launch(false);
+        }
         const SassCount sc_ipw = sass_ipw(B.sass, K, L[0].in_p / L[0].k_chunk > 1 && L[0].out_p / 128 < 256);
         GemvRow r;
         r.shape = s.name, r.K = K, r.batch = batch, r.us = us;
@@ -281,13 +321,19 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
         r.issue_gws = B.sms * 4.0 * 32.0 * B.clock_mhz * 1e-3 / sc_ipw.ipw;
         r.pct_issue = 100 * r.gws / r.issue_gws;
         r.sass_measured = sc_ipw.measured;
+        r.graph_us = g_us, r.pdl_us = p_us, r.pdl_graph_us = pg_us;
         rows.push_back(r);
-        std::printf("gemv %-26s K=%d batch %d: %8.2f us  %7.1f Gw/s  %7.1f GB/s  %5.1f%% HBM  %5.1f%% issue%s\n",
-                    s.name, K, batch, us, r.gws, r.gbs, r.pct_hbm, r.pct_issue, r.sass_measured ? "" : " (est.)");
+        std::printf("gemv %-26s K=%d batch %d: %8.2f us  %7.1f Gw/s  %7.1f GB/s  %5.1f%% HBM  %5.1f%% issue%s | graph "
+                    "%.2f us, programmatic %.2f us, both %.2f us\n",
+                    s.name, K, batch, us, r.gws, r.gbs, r.pct_hbm, r.pct_issue, r.sass_measured ? "" : " (est.)", g_us,
+                    p_us, pg_us);
         std::fflush(stdout);
       }
       FT_CUDA_CHECK(cudaFree(ws));
     }
+  FT_CUDA_CHECK(cudaEventDestroy(ga));
+  FT_CUDA_CHECK(cudaEventDestroy(gb));
+  FT_CUDA_CHECK(cudaStreamDestroy(cs));
   FT_CUDA_CHECK(cudaFree(pool));
   FT_CUDA_CHECK(cudaFree(sc));
   FT_CUDA_CHECK(cudaFree(x));
@@ -604,11 +650,16 @@ int main(int argc, char** argv) {
                 "SM clock %.0f MHz, %d SMs. Issue bound = SMs × 4 × 32 × clock / (SASS instructions per weight)%s.\n\n",
                 B.hbm, pcie, B.clock_mhz, B.sms, tool.empty() ? " (design estimates: no cuobjdump)" : "");
     std::printf("### GEMV (exl3_linear, MUL1, input transform included)\n\n");
-    std::printf("| shape | K | batch | µs | Gweights/s | trellis GB/s | %% of HBM | issue bound Gw/s | %% of issue |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("Calls launched one after another on a stream; the last three columns: the same calls replayed from "
+                "one CUDA graph (as decode steps run), with programmatic dependent launch (sm_90+), and both.\n\n");
+    std::printf("| shape | K | batch | µs | Gweights/s | trellis GB/s | %% of HBM | issue bound Gw/s | %% of issue | graph µs "
+                "| programmatic µs | graph + programmatic µs |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const GemvRow& r : gemv)
-      std::printf("| %s | %d | %d | %.2f | %.0f | %.0f | %.1f%% | %.0f%s | %.1f%% |\n", r.shape.c_str(), r.K, r.batch,
-                  r.us, r.gws, r.gbs, r.pct_hbm, r.issue_gws, r.sass_measured ? "" : " (est.)", r.pct_issue);
+      std::printf("| %s | %d | %d | %.2f | %.0f | %.0f | %.1f%% | %.0f%s | %.1f%% | %.2f | %s | %s |\n", r.shape.c_str(),
+                  r.K, r.batch, r.us, r.gws, r.gbs, r.pct_hbm, r.issue_gws, r.sass_measured ? "" : " (est.)",
+                  r.pct_issue, r.graph_us, r.pdl_us > 0 ? std::to_string(r.pdl_us).substr(0, 5).c_str() : "-",
+                  r.pdl_graph_us > 0 ? std::to_string(r.pdl_graph_us).substr(0, 5).c_str() : "-");
     std::printf("\n### Grouped MoE (D 4096, I 2048, K 3 MUL1, top-8; trellis bytes of the distinct experts)\n\n");
     std::printf("| experts in | tokens | distinct experts | µs per layer | trellis GB/s | %% of bound |\n");
     std::printf("|---|---|---|---|---|---|\n");

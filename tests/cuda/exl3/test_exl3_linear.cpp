@@ -186,6 +186,65 @@ TEST(Exl3GpuLinearReal, OneWorkspaceServesEveryLinear) {
   }
 }
 
+// Programmatic dependent launch (sm_90+; the same launches below) gives the same bits, launched
+// on a stream and replayed from a CUDA graph, on one shared workspace.
+TEST(Exl3GpuLinearReal, ProgrammaticLaunchGivesTheSameBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  struct Shape {
+    int64_t in, out;
+  };
+  const std::vector<Shape> shapes = {{4096, 2048}, {1536, 16384}, {4096, 576}, {2048, 4096}};
+  std::vector<std::unique_ptr<RandomLinear>> lin;
+  std::vector<std::unique_ptr<Gpu>> g;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    lin.push_back(std::make_unique<RandomLinear>(3, Codebook::Mul1, shapes[i].in, shapes[i].out, 1100 + i));
+    g.push_back(std::make_unique<Gpu>(*lin.back(), 32));
+  }
+  size_t bytes = 0;
+  for (const auto& gi : g) bytes = std::max(bytes, cuda::exl3_linear_workspace_bytes(gi->lin.dev(), 32));
+  DevBuf<unsigned char> ws(bytes);
+  cuda::exl3_linear_workspace_init(ws.get(), ws.size(), nullptr);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  for (int64_t rows : {1, 8, 20}) {
+    std::vector<DevBuf<float>> x, y_plain, y_pdl, y_graph;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      x.emplace_back(randn(static_cast<size_t>(rows * shapes[i].in), 1200 + 10 * i + rows));
+      y_plain.emplace_back(static_cast<size_t>(rows * shapes[i].out));
+      y_pdl.emplace_back(static_cast<size_t>(rows * shapes[i].out));
+      y_graph.emplace_back(static_cast<size_t>(rows * shapes[i].out));
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the buffers' fills ran on the legacy stream
+    // The linears back to back on one stream and workspace.
+    auto all = [&](std::vector<DevBuf<float>>& y) {
+      for (size_t i = 0; i < shapes.size(); ++i)
+        cuda::exl3_linear(g[i]->lin.dev(), x[i].get(), shapes[i].in, rows, y[i].get(), shapes[i].out, ws.get(), s);
+    };
+    cuda::exl3_set_programmatic_launch(false);
+    all(y_plain);
+    cuda::exl3_set_programmatic_launch(true);
+    all(y_pdl);
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    all(y_graph);
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cuda::exl3_set_programmatic_launch(false);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const std::vector<float> a = y_plain[i].download(), b = y_pdl[i].download(), c = y_graph[i].download();
+      EXPECT_EQ(bit_mismatches(a.data(), b.data(), a.size()), 0u) << shapes[i].in << "→" << shapes[i].out << " rows " << rows;
+      EXPECT_EQ(bit_mismatches(a.data(), c.data(), a.size()), 0u)
+          << shapes[i].in << "→" << shapes[i].out << " rows " << rows << " (graph)";
+    }
+  }
+  cudaStreamDestroy(s);
+}
+
 // Host-only (runs without a GPU): the counters' bytes are the same for every linear and row
 // count, and no other piece of any call starts inside them.
 TEST(Exl3GpuLinearReal, WorkspaceCountersAreTheSameForEveryCall) {

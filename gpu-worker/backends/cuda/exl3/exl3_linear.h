@@ -75,6 +75,12 @@ Exl3LinearGpu upload_exl3_linear(const ft::exl3::Exl3Linear& q, int64_t out, int
 Exl3LinearDev exl3_linear_view(int K, ft::exl3::Codebook cb, int64_t in, int64_t out, const uint32_t* trellis,
                                const __half* suh, const __half* svh, const float* bias = nullptr);
 
+// Programmatic dependent launch (sm_90 and later; nothing changes below): the skinny kernel of
+// each exl3_linear starts while its input transform runs and copies its first trellis stages
+// before it waits for that input, hiding its launch and first memory latency. Off by default
+// until measured (flashtier-bench-exl3 runs both); results are the same bits either way.
+void exl3_set_programmatic_launch(bool on);
+
 // Scratch of exl3_linear for up to max_rows rows (bytes, 256-aligned pieces inside). Before its
 // first use a workspace must be zeroed once (exl3_linear_workspace_init); the kernels leave their
 // counters at zero again, so it can then be reused by any linear on the same stream.

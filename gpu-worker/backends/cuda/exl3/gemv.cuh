@@ -60,6 +60,9 @@ struct WarpPair {
       if (s < n_stages) issue(s);
       cp_async_commit();
     }
+    // Weights never change; the activations are the previous kernel's output (a no-op unless
+    // this grid was launched as a programmatic dependent).
+    grid_dependency_wait();
     float acc[2][NGMAX][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h)

@@ -9,6 +9,22 @@ namespace ft::cuda::exl3dev {
 template <int K, int CB, int NGMAX, bool SPLIT>
 void launch_gemv_one(const GemvLaunch& l, const LinearArgs& a, cudaStream_t stream) {
   constexpr size_t smem = gemv_smem_bytes<K, NGMAX>();
+  if (l.programmatic) {
+    // Starts once the kernel before it lets it (griddepcontrol.launch_dependents, or its end);
+    // WarpPair::run waits for that kernel's results before reading activations.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(l.grid));
+    cfg.blockDim = dim3(kWarps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, exl3_gemv_kernel<K, CB, NGMAX, SPLIT>, a));
+    return;
+  }
   exl3_gemv_kernel<K, CB, NGMAX, SPLIT><<<l.grid, kWarps * 32, smem, stream>>>(a);
   FT_CUDA_CHECK_LAUNCH();
 }

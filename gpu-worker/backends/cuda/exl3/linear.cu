@@ -18,6 +18,7 @@ using namespace exl3dev;
 __global__ void __launch_bounds__(kTransformThreads)
     linear_input_kernel(const float* x, int64_t ld_x, int64_t in, const __half* suh, int64_t in_p, __half* xh,
                         float* row_scale) {
+  grid_dependents_launch();  // the linear kernel may start its trellis copies now
   const int64_t r = blockIdx.x;
   const float* row = x + r * ld_x;
   transform_row([&](int64_t c) { return c < in ? row[c] : 0.0f; }, suh, in_p, xh + r * in_p, row_scale + r);
@@ -69,6 +70,8 @@ void launch_gemv_k(int K, int cb, const GemvLaunch& l, const LinearArgs& a, cuda
 }
 
 }  // namespace
+
+void exl3_set_programmatic_launch(bool on) { exl3dev::set_programmatic_launch(on); }
 
 int exl3_k_chunk(int64_t in_p, int64_t out_p) {
   if (in_p <= 0 || out_p <= 0 || in_p % 128 || out_p % 128)
@@ -155,6 +158,7 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   l.split = rows <= 32 && a.chunks > 1 && a.nblk * a.nrb < kSplitMaxItems;
   const int64_t items = static_cast<int64_t>(a.nrb) * a.nblk * (l.split ? a.chunks : 1);
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
+  l.programmatic = !l.gemm && exl3dev::programmatic_launch();
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);
 }
 
