@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "shared/ipc/ring_client.h"
 #include "shared/ipc/ring_layout.h"
 #include "shared/ipc/ring_server.h"
+#include "shared/ipc/shm.h"
 #include "tests/ipc/child_process.h"
 
 using namespace ft::ipc;
@@ -303,29 +306,45 @@ TEST_F(Ring, FrozenServerInAnotherPidNamespaceIsDetectedByItsHeartbeat) {
   peer.proc().kill(SIGKILL);
 }
 
-// Two clients of one server (in this process, so the handler can be slow on purpose) keep a
-// request posted all the time: each pass of the dispatcher serves both, so neither gets more
-// than one request ahead of the other, and the per-channel figures name both clients.
+// Two clients of one server (in this process, so the handler can look at the ring) keep
+// requests coming: whenever the other client's request is waiting as one finishes, the other is
+// served next — no client is served twice while another waits — and the per-channel figures
+// name both clients.
 TEST_F(Ring, BusyClientsAreServedInTurnAndCountedPerChannel) {
   TierInfo info;
   info.hidden = 16;
-  info.n_layers = 2;
+  info.n_layers = 3;
   info.n_experts = 64;
   info.top_k = 4;
-  info.moe_layers = {1};
+  info.moe_layers = {1, 2};
   RingConfig cfg;
   cfg.channels = 4;
   std::atomic<int> inside{0}, overlap{0};
+  std::optional<ShmMapping> view;  // the ring as the server lays it out, read-only
+  std::mutex seq_mu;
+  std::vector<std::pair<uint32_t, bool>> served;  // (client's layer, the other's request was waiting)
+  uint32_t channel_of[3] = {0, 0, 0};             // by layer
+  std::atomic<bool> ready{false};
   RingServer server(name, cfg, info, [&](const ExpertBatch& b, float* out) {
     overlap += inside.fetch_add(1) != 0;
     std::this_thread::sleep_for(1ms);
     std::fill(out, out + size_t{b.n_tokens} * b.hidden, 0.0f);
+    if (ready) {
+      const auto& h = *reinterpret_cast<const ring::RingHeader*>(view->data());
+      const uint32_t other = channel_of[b.layer == 1 ? 2 : 1];
+      const auto& c = *reinterpret_cast<const ring::ChannelCtl*>(view->data() + ring::kPage + uint64_t{other} * h.channel_stride);
+      std::lock_guard<std::mutex> l(seq_mu);
+      served.emplace_back(b.layer, c.state.load() == ring::Request);
+    }
     inside.fetch_sub(1);
   });
   auto a = connect(name), c = connect(name);
+  view = ShmMapping::open(name, false);
+  ASSERT_TRUE(view.has_value());
+  channel_of[1] = a->channel(), channel_of[2] = c->channel();
+  ready = true;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> done[2] = {0, 0};
-  std::atomic<int64_t> max_lead{0};
   std::vector<std::thread> ts;
   for (int k = 0; k < 2; ++k)
     ts.emplace_back([&, k] {
@@ -333,21 +352,21 @@ TEST_F(Ring, BusyClientsAreServedInTurnAndCountedPerChannel) {
       Batch x(3, 4, 16, 11 + k);
       std::vector<float> out(3 * 16);
       while (!stop) {
-        cl->call(x.view(1), out.data());
-        const int64_t lead = static_cast<int64_t>(++done[k]) - static_cast<int64_t>(done[1 - k].load());
-        int64_t m = max_lead.load();
-        while (lead > m && !max_lead.compare_exchange_weak(m, lead)) {
-        }
+        cl->call(x.view(static_cast<uint32_t>(k + 1)), out.data());
+        ++done[k];
       }
     });
   std::this_thread::sleep_for(400ms);
   stop = true;
   for (auto& t : ts) t.join();
   EXPECT_EQ(overlap.load(), 0) << "the handler ran two requests at once";
-  EXPECT_GT(done[0].load(), 50u);
-  EXPECT_GT(done[1].load(), 50u);
-  // A client may count its answer before the other counts its own from the same pass.
-  EXPECT_LE(max_lead.load(), 2) << done[0].load() << " vs " << done[1].load();
+  EXPECT_GT(done[0].load(), 20u);
+  EXPECT_GT(done[1].load(), 20u);
+  int waited = 0, jumped = 0;
+  for (size_t i = 0; i + 1 < served.size(); ++i)
+    if (served[i].second) ++waited, jumped += served[i + 1].first == served[i].first;
+  EXPECT_GT(waited, 0) << "the clients never both had a request waiting";
+  EXPECT_EQ(jumped, 0) << "a client was served again while the other's request waited (" << waited << " times it waited)";
   const std::vector<ChannelStats> st = server.channel_stats();
   ASSERT_EQ(st.size(), 4u);
   for (const auto& [cl, k] : {std::pair<RingClient*, int>{a.get(), 0}, {c.get(), 1}}) {
