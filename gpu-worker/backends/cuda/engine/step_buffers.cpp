@@ -84,7 +84,6 @@ uint64_t step_buffer_bytes(const DeviceModel& m, const StepLimits& lim) {
 
 void StepBuffers::allocate(const DeviceModel& m, const StepLimits& limits, VramBudget& budget) {
   lim = limits;
-  const ModelConfig& c = m.cfg;
   mem_ = DeviceArray<uint8_t>(budget, step_buffer_bytes(m, lim), VramCategory::Workspace, "step buffers");
   uint8_t* base = mem_.get();
   Layout l;

@@ -156,13 +156,8 @@ __global__ void __launch_bounds__(kWarps * 32) exl3_moe_kernel(const MoeArgs p) 
         for (int r = warp; r < nr; r += kWarps) {
           const int s = s0 + r;
           const float* z = p.partials + (static_cast<int64_t>(pj) * p.chunks * p.P + s) * p.out_p + col0 + 4 * lane;
-          float4 a = __ldcg(reinterpret_cast<const float4*>(z));
-          float v[4] = {a.x, a.y, a.z, a.w};
-          for (int cc = 1; cc < p.chunks; ++cc) {
-            a = __ldcg(reinterpret_cast<const float4*>(z + cc * cstride));
-            v[0] = __fadd_rn(v[0], a.x), v[1] = __fadd_rn(v[1], a.y);
-            v[2] = __fadd_rn(v[2], a.z), v[3] = __fadd_rn(v[3], a.w);
-          }
+          float v[4];
+          fold_chunks(z, cstride, p.chunks, v);  // the linear's fold: same order, loads batched
           const int64_t orow = p.by_pick ? p.sorted_pick[s] : s;
           finish_row(v, lane, ex.svh[proj] + col0, nullptr, p.row_scale[pj][s], p.out[pj] + orow * p.ld_out + col0,
                      valid, false);
