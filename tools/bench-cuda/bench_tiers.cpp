@@ -46,6 +46,7 @@
 #include "gpu-worker/backends/cuda/engine/expert_tier.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/synthetic_model.h"
+#include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
 #include "gpu-worker/experts/remote_experts.h"
 #include "gpu-worker/tiers/routing_trace.h"
 #include "gpu-worker/tiers/synthetic_segment.h"
@@ -573,6 +574,7 @@ int main(int argc, char** argv) {
       for (std::string e; std::getline(ss, e, ',');) agreement_noise.push_back(std::stod(e));
     }
     else if (a == "--agreement-exact-again") agreement_again = true;
+    else if (a == "--programmatic-launch") exl3_set_programmatic_launch(true);
     else if (a == "--modes") {
       modes.clear();
       std::stringstream ss(next());
@@ -588,6 +590,7 @@ int main(int argc, char** argv) {
                    "         [--agreement N (the fast-vs-exact panel over N decode positions; 0: off)]\n"
                    "         [--agreement-noise E,... (extra panel passes: the CPU tier's answers ×(1 ± E))]\n"
                    "         [--agreement-exact-again (an extra panel pass: a second exact engine)]\n"
+                   "         [--programmatic-launch (EXL3 linears with programmatic dependent launch, sm_90+)]\n"
 );
       return 2;
     }
