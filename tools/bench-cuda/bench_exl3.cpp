@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <fstream>
 #include <functional>
 #include <cmath>
 #include <cstdio>
@@ -88,12 +89,23 @@ std::string find_cuobjdump() {
   return "";
 }
 
+// The file the EXL3 kernels were loaded from: the shared library of their area when this
+// build links one (its path from /proc/self/maps), else this executable.
+std::string kernel_file() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t at = line.find('/');
+    if (at != std::string::npos && line.find("libft_cuda_exl3", at) != std::string::npos) return line.substr(at);
+  }
+  return "/proc/self/exe";
+}
+
 // Main-loop instruction count of each function whose mangled name contains `key`: the largest
 // backward-branch region that holds no other region of ≥ 64 instructions.
 std::map<std::string, int> loop_counts(const std::string& tool, int arch) {
   std::map<std::string, int> out;
   if (tool.empty()) return out;
-  const std::string cmd = tool + " -sass -arch sm_" + std::to_string(arch) + " /proc/self/exe 2>/dev/null";
+  const std::string cmd = tool + " -sass -arch sm_" + std::to_string(arch) + " '" + kernel_file() + "' 2>/dev/null";
   FILE* f = popen(cmd.c_str(), "r");
   if (!f) return out;
   std::string fn;
@@ -621,8 +633,10 @@ int main(int argc, char** argv) {
     B.clock_mhz = exl3_sm_clock_mhz();
     const std::string tool = find_cuobjdump();
     B.sass = loop_counts(tool, B.arch);
-    std::printf("bounds: HBM read %.0f GB/s, SM clock %.0f MHz under load, %d SMs; cuobjdump: %s\n", B.hbm,
-                B.clock_mhz, B.sms, tool.empty() ? "not found (instruction counts are design estimates)" : tool.c_str());
+    std::printf("bounds: HBM read %.0f GB/s, SM clock %.0f MHz under load, %d SMs; cuobjdump: %s on %s (%zu kernels)\n",
+                B.hbm, B.clock_mhz, B.sms,
+                tool.empty() ? "not found (instruction counts are design estimates)" : tool.c_str(),
+                kernel_file().c_str(), B.sass.size());
     for (int K : {2, 3, 4})
       for (bool split : {true, false}) {
         const SassCount s = sass_ipw(B.sass, K, split);
