@@ -30,7 +30,9 @@ std::string segment_problem(const SegmentHeader& h, uint64_t mapped_size, const 
     return "layout version " + std::to_string(h.layout_version) + ", this build uses " +
            std::to_string(kSegmentLayoutVersion);
   if (h.complete.load(std::memory_order_acquire) != 1) return "incomplete (its build was interrupted)";
-  if (h.total_bytes != mapped_size)
+  // A segment named by a path (hugetlbfs) is its size rounded up to the filesystem's page (at most
+  // 1 GiB); a /dev/shm object is exactly its size. Smaller is a truncated segment.
+  if (h.total_bytes > mapped_size || mapped_size - h.total_bytes >= (uint64_t{1} << 30))
     return "size " + std::to_string(mapped_size) + " differs from its header's " + std::to_string(h.total_bytes);
   const std::string fp(h.fingerprint, strnlen(h.fingerprint, sizeof h.fingerprint));
   if (!fingerprint.empty() && fp != fingerprint) return "made from another model (fingerprint " + fp + ")";

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/vfs.h>
+
+#include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <algorithm>
@@ -25,18 +28,63 @@ ShmMapping::~ShmMapping() = default;
 ShmMapping::ShmMapping(ShmMapping&&) noexcept = default;
 ShmMapping& ShmMapping::operator=(ShmMapping&&) noexcept = default;
 
-void ShmMapping::check_name(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 200 && name != "." && name != "..";
-  for (char c : name)
+namespace {
+
+bool good_component(const std::string& s) {
+  bool ok = !s.empty() && s.size() <= 200 && s != "." && s != "..";
+  for (char c : s)
     ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
                 c == '-');
+  return ok;
+}
+
+// The file behind a path name, mapped MAP_SHARED (boost's mapped_region maps the whole file).
+ShmMapping::Region map_file(const std::string& path, bool writable) {
+  bip::file_mapping f(path.c_str(), writable ? bip::read_write : bip::read_only);
+  return std::make_unique<bip::mapped_region>(f, writable ? bip::read_write : bip::read_only);
+}
+
+}  // namespace
+
+void ShmMapping::check_name(const std::string& name) {
+  bool ok = good_component(name);
+  if (is_path(name)) {
+    ok = name.size() <= 200 && name.find("/../") == std::string::npos && name.find("//") == std::string::npos &&
+         good_component(name.substr(name.rfind('/') + 1));
+  }
   if (!ok)
-    throw Error("bad shared-memory name '" + name + "': use 1-200 characters among A-Z a-z 0-9 . _ -");
+    throw Error("bad shared-memory name '" + name +
+                "': use 1-200 characters among A-Z a-z 0-9 . _ -, or an absolute file path ending in such a name");
 }
 
 ShmMapping ShmMapping::create(const std::string& name, uint64_t bytes, bool reserve) {
   check_name(name);
   ShmMapping m;
+  if (is_path(name)) {
+    const int fd = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
+    if (fd < 0) throw Error("cannot create " + name + ": " + std::strerror(errno));
+    struct statfs fs {};
+    const uint64_t block = fstatfs(fd, &fs) == 0 && fs.f_bsize > 0 ? static_cast<uint64_t>(fs.f_bsize) : 4096;
+    const uint64_t size = (std::max<uint64_t>(bytes, 1) + block - 1) / block * block;
+    int rc = ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
+    if (rc == 0 && reserve) rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
+    ::close(fd);
+    if (rc != 0) {
+      ::unlink(name.c_str());
+      throw Error("cannot reserve " + std::to_string(size) + " bytes for " + name + ": " + std::strerror(rc) +
+                  " (a hugetlbfs mount needs that many huge pages free: see /proc/meminfo HugePages_Free)");
+    }
+    try {
+      m.region_ = map_file(name, true);
+    } catch (const bip::interprocess_exception& e) {
+      ::unlink(name.c_str());
+      throw Error("cannot map " + name + ": " + e.what());
+    }
+    m.name_ = name;
+    m.data_ = static_cast<uint8_t*>(m.region_->get_address());
+    m.size_ = m.region_->get_size();
+    return m;
+  }
   try {
     bip::shared_memory_object obj(bip::create_only, name.c_str(), bip::read_write, bip::permissions(0660));
     obj.truncate(static_cast<bip::offset_t>(bytes));
@@ -62,6 +110,20 @@ ShmMapping ShmMapping::create(const std::string& name, uint64_t bytes, bool rese
 std::optional<ShmMapping> ShmMapping::open(const std::string& name, bool writable) {
   check_name(name);
   ShmMapping m;
+  if (is_path(name)) {
+    struct stat st {};
+    if (::stat(name.c_str(), &st) != 0 || st.st_size <= 0) return std::nullopt;
+    try {
+      m.region_ = map_file(name, writable);
+    } catch (const bip::interprocess_exception& e) {
+      if (e.get_error_code() == bip::not_found_error) return std::nullopt;
+      throw Error("cannot open " + name + ": " + e.what());
+    }
+    m.name_ = name;
+    m.data_ = static_cast<uint8_t*>(m.region_->get_address());
+    m.size_ = m.region_->get_size();
+    return m;
+  }
   try {
     const bip::mode_t mode = writable ? bip::read_write : bip::read_only;
     bip::shared_memory_object obj(bip::open_only, name.c_str(), mode);
@@ -80,13 +142,14 @@ std::optional<ShmMapping> ShmMapping::open(const std::string& name, bool writabl
 
 bool ShmMapping::remove(const std::string& name) {
   check_name(name);
+  if (is_path(name)) return ::unlink(name.c_str()) == 0;
   return bip::shared_memory_object::remove(name.c_str());
 }
 
 bool ShmMapping::exists(const std::string& name) {
   check_name(name);
   struct stat st;
-  return stat(("/dev/shm/" + name).c_str(), &st) == 0;
+  return stat((is_path(name) ? name : "/dev/shm/" + name).c_str(), &st) == 0;
 }
 
 double prefault_read(const uint8_t* p, uint64_t bytes, int threads) {

@@ -2,6 +2,10 @@
 // A named POSIX shared-memory object (/dev/shm/<name>) mapped into this process, through
 // Boost.Interprocess. The object outlives the process: that is what lets a restarted
 // cpu-expert-worker re-attach to 100+ GB of experts instead of reloading them.
+// A name that starts with '/' is a file path instead (its last component a name as below), e.g.
+// in a hugetlbfs mount: the same sharing and lifetime on 2 MB pages (a 100 GB segment then needs
+// 50 thousand page-table entries per process instead of 25 million); its size is rounded up to
+// the filesystem's block (the huge page) size.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,17 +32,22 @@ class ShmMapping {
   static std::optional<ShmMapping> open(const std::string& name, bool writable);
   static bool remove(const std::string& name);  // true when something was removed
   static bool exists(const std::string& name);
-  // Names are one path component: [A-Za-z0-9._-], 1..200 characters. Throws ft::Error otherwise.
+  // Names are one path component: [A-Za-z0-9._-], 1..200 characters, or an absolute path (≤ 200
+  // characters, no "..") whose last component is such a name. Throws ft::Error otherwise.
   static void check_name(const std::string& name);
+  static bool is_path(const std::string& name) { return !name.empty() && name[0] == '/'; }
 
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& name() const { return name_; }
   bool valid() const { return data_ != nullptr; }
 
+ public:
+  using Region = std::unique_ptr<boost::interprocess::mapped_region>;
+
  private:
   std::string name_;
-  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  Region region_;
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
 };

@@ -17,6 +17,7 @@
 #include "shared/model/config.h"
 #include "shared/model/safetensors.h"
 #include "tests/cpu-expert-worker/test_models.h"
+#include "tests/support/hugetlbfs.h"
 #include "tests/ipc/child_process.h"
 
 using namespace ft;
@@ -257,4 +258,29 @@ TEST_F(Segment, UnusableExpertWeightsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("experts.0.gate_proj.weight has dtype F64"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(ipc::ShmMapping::exists(name));
+}
+
+// A segment named by a file path (a hugetlbfs mount in production, a plain directory here)
+// builds, reads back the experts and re-attaches without reload, like a /dev/shm one.
+TEST_F(Segment, PathNamedSegmentBuildsAndReattaches) {
+  test::TempDir tmp;
+  std::vector<std::string> dirs = {tmp.path()};
+  if (const std::string h = test::hugetlbfs_dir(); !h.empty()) dirs.push_back(h);
+  else std::printf("no hugetlbfs mount with free huge pages: the plain-directory case only\n");
+  for (const std::string& d : dirs) {
+    opts.name = d + "/" + name;
+    const std::string dir = test::tiny_chat();
+    const uint64_t id = open(dir).segment.header().build_id;
+    OpenedSegment again = open(dir);
+    EXPECT_TRUE(again.reattached) << opts.name;
+    EXPECT_EQ(again.segment.header().build_id, id) << opts.name;
+    const ipc::BlockDesc& b = again.segment.block(0, 3);
+    const TensorStore st = TensorStore::open(dir);
+    const TensorInfo& t = st.get("model.language_model.layers." + std::to_string(b.layer) + ".mlp.experts.3.gate_proj.weight");
+    EXPECT_EQ(std::memcmp(again.segment.block_data(b) + b.proj[0].offset, t.data, t.nbytes), 0) << opts.name;
+    EXPECT_TRUE(ipc::ShmMapping::exists(opts.name));
+    EXPECT_TRUE(ipc::ShmMapping::remove(opts.name));
+    EXPECT_FALSE(ipc::ShmMapping::exists(opts.name));
+  }
+  opts.name = name;
 }
