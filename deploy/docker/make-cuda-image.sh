@@ -18,10 +18,11 @@ if "$DOCKER" image inspect "$tag" >/dev/null 2>&1; then
   exit 0
 fi
 real="$(readlink -f "$cuda")"
-# The tree as /usr/local/cuda whatever its real name (cuda-13.0 behind a symlink), imported as a
+# The tree as /usr/local/cuda whatever its real name (cuda-13.0 behind a symlink; the rename
+# leaves link targets alone: they are relative), imported as a
 # files-only layer, then put on the local Debian base: the build stage's `RUN` needs a shell.
 base="$(deploy/docker/make-base-image.sh)"
-tar -C "$real" --numeric-owner --transform "s,^\.,usr/local/cuda," -cf - . | "$DOCKER" import - "$tag-files" >/dev/null
+tar -C "$real" --numeric-owner --transform "flags=rSH;s,^\.,usr/local/cuda," -cf - . | "$DOCKER" import - "$tag-files" >/dev/null
 printf 'FROM %s\nCOPY --from=%s /usr/local/cuda /usr/local/cuda\n' "$base" "$tag-files" |
   DOCKER_BUILDKIT=1 "$DOCKER" build -q -t "$tag" - >/dev/null
 "$DOCKER" rmi "$tag-files" >/dev/null
