@@ -99,30 +99,27 @@ grpc::Status ExpertTierService::Compute(grpc::ServerContext* ctx,
 }
 
 grpc::Status ExpertTierService::Stats(grpc::ServerContext*, const pb::StatsRequest*, pb::StatsResponse* r) {
+  auto add = [r](const std::string& client, uint32_t pid, uint64_t requests, uint64_t failed, uint64_t tokens,
+                 uint64_t busy_ns, uint64_t wait_ns) {
+    pb::ClientStats* s = r->add_clients();
+    s->set_client(client);
+    s->set_pid(pid);
+    s->set_requests(requests);
+    s->set_failed(failed);
+    s->set_tokens(tokens);
+    s->set_busy_ms(static_cast<double>(busy_ns) / 1e6);
+    s->set_wait_ms(static_cast<double>(wait_ns) / 1e6);
+  };
   {
     std::lock_guard<std::mutex> l(st_.ring_mu);
     if (st_.ring)
-      for (const ipc::ChannelStats& c : st_.ring->channel_stats()) {
-        pb::ClientStats* s = r->add_clients();
-        s->set_client("ring channel " + std::to_string(c.channel));
-        s->set_pid(c.owner_pid);
-        s->set_requests(c.requests);
-        s->set_failed(c.failed);
-        s->set_tokens(c.tokens);
-        s->set_busy_ms(static_cast<double>(c.busy_ns) / 1e6);
-        s->set_wait_ms(static_cast<double>(c.wait_ns) / 1e6);
-      }
+      for (const ipc::ChannelStats& c : st_.ring->channel_stats())
+        add("ring channel " + std::to_string(c.channel), c.owner_pid, c.requests, c.failed, c.tokens, c.busy_ns,
+            c.wait_ns);
   }
   {
     std::lock_guard<std::mutex> l(streams_mu_);
-    for (const auto& [id, st] : streams_) {
-      pb::ClientStats* s = r->add_clients();
-      s->set_client(st.peer);
-      s->set_requests(st.requests);
-      s->set_failed(st.failed);
-      s->set_tokens(st.tokens);
-      s->set_busy_ms(static_cast<double>(st.busy_ns) / 1e6);
-    }
+    for (const auto& [id, st] : streams_) add(st.peer, 0, st.requests, st.failed, st.tokens, st.busy_ns, 0);
   }
   const ExpertEngine* eng = st_.engine.load();
   r->set_threads(eng ? static_cast<uint32_t>(eng->threads()) : st_.threads);

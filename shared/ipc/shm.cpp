@@ -57,34 +57,33 @@ void ShmMapping::check_name(const std::string& name) {
                 "': use 1-200 characters among A-Z a-z 0-9 . _ -, or an absolute file path ending in such a name");
 }
 
-ShmMapping ShmMapping::create(const std::string& name, uint64_t bytes, bool reserve) {
-  check_name(name);
-  ShmMapping m;
-  if (is_path(name)) {
-    const int fd = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
-    if (fd < 0) throw Error("cannot create " + name + ": " + std::strerror(errno));
-    struct statfs fs {};
-    const uint64_t block = fstatfs(fd, &fs) == 0 && fs.f_bsize > 0 ? static_cast<uint64_t>(fs.f_bsize) : 4096;
-    const uint64_t size = (std::max<uint64_t>(bytes, 1) + block - 1) / block * block;
-    int rc = ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
-    if (rc == 0 && reserve) rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
-    ::close(fd);
-    if (rc != 0) {
-      ::unlink(name.c_str());
-      throw Error("cannot reserve " + std::to_string(size) + " bytes for " + name + ": " + std::strerror(rc) +
-                  " (a hugetlbfs mount needs that many huge pages free: see /proc/meminfo HugePages_Free)");
-    }
-    try {
-      m.region_ = map_file(name, true);
-    } catch (const bip::interprocess_exception& e) {
-      ::unlink(name.c_str());
-      throw Error("cannot map " + name + ": " + e.what());
-    }
-    m.name_ = name;
-    m.data_ = static_cast<uint8_t*>(m.region_->get_address());
-    m.size_ = m.region_->get_size();
-    return m;
+namespace {
+
+// A path name: a file created O_EXCL, its size rounded up to the filesystem's block (the huge
+// page on hugetlbfs), optionally reserved.
+ShmMapping::Region create_file(const std::string& name, uint64_t bytes, bool reserve) {
+  const int fd = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
+  if (fd < 0) throw Error("cannot create " + name + ": " + std::strerror(errno));
+  struct statfs fs {};
+  const uint64_t block = fstatfs(fd, &fs) == 0 && fs.f_bsize > 0 ? static_cast<uint64_t>(fs.f_bsize) : 4096;
+  const uint64_t size = (std::max<uint64_t>(bytes, 1) + block - 1) / block * block;
+  int rc = ftruncate(fd, static_cast<off_t>(size)) == 0 ? 0 : errno;
+  if (rc == 0 && reserve) rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
+  ::close(fd);
+  if (rc != 0) {
+    ::unlink(name.c_str());
+    throw Error("cannot reserve " + std::to_string(size) + " bytes for " + name + ": " + std::strerror(rc) +
+                " (a hugetlbfs mount needs that many huge pages free: see /proc/meminfo HugePages_Free)");
   }
+  try {
+    return map_file(name, true);
+  } catch (const bip::interprocess_exception& e) {
+    ::unlink(name.c_str());
+    throw Error("cannot map " + name + ": " + e.what());
+  }
+}
+
+ShmMapping::Region create_object(const std::string& name, uint64_t bytes, bool reserve) {
   try {
     bip::shared_memory_object obj(bip::create_only, name.c_str(), bip::read_write, bip::permissions(0660));
     obj.truncate(static_cast<bip::offset_t>(bytes));
@@ -97,47 +96,58 @@ ShmMapping ShmMapping::create(const std::string& name, uint64_t bytes, bool rese
                     "' in /dev/shm: " + std::strerror(rc) + " (is /dev/shm large enough? see df -h /dev/shm)");
       }
     }
-    m.region_ = std::make_unique<bip::mapped_region>(obj, bip::read_write);
+    return std::make_unique<bip::mapped_region>(obj, bip::read_write);
   } catch (const bip::interprocess_exception& e) {
     throw Error("cannot create shared memory '" + name + "' (" + std::to_string(bytes) + " bytes): " + e.what());
   }
+}
+
+// nullopt: nothing by that name, or it is being created (no size yet).
+std::optional<ShmMapping::Region> open_file(const std::string& name, bool writable) {
+  struct stat st {};
+  if (::stat(name.c_str(), &st) != 0 || st.st_size <= 0) return std::nullopt;
+  try {
+    return map_file(name, writable);
+  } catch (const bip::interprocess_exception& e) {
+    if (e.get_error_code() == bip::not_found_error) return std::nullopt;
+    throw Error("cannot open " + name + ": " + e.what());
+  }
+}
+
+std::optional<ShmMapping::Region> open_object(const std::string& name, bool writable) {
+  try {
+    const bip::mode_t mode = writable ? bip::read_write : bip::read_only;
+    bip::shared_memory_object obj(bip::open_only, name.c_str(), mode);
+    bip::offset_t size = 0;
+    if (!obj.get_size(size) || size <= 0) return std::nullopt;
+    return std::make_unique<bip::mapped_region>(obj, mode);
+  } catch (const bip::interprocess_exception& e) {
+    if (e.get_error_code() == bip::not_found_error) return std::nullopt;
+    throw Error("cannot open shared memory '" + name + "': " + e.what());
+  }
+}
+
+}  // namespace
+
+ShmMapping ShmMapping::adopt(const std::string& name, Region region) {
+  ShmMapping m;
   m.name_ = name;
+  m.region_ = std::move(region);
   m.data_ = static_cast<uint8_t*>(m.region_->get_address());
   m.size_ = m.region_->get_size();
   return m;
 }
 
+ShmMapping ShmMapping::create(const std::string& name, uint64_t bytes, bool reserve) {
+  check_name(name);
+  return adopt(name, is_path(name) ? create_file(name, bytes, reserve) : create_object(name, bytes, reserve));
+}
+
 std::optional<ShmMapping> ShmMapping::open(const std::string& name, bool writable) {
   check_name(name);
-  ShmMapping m;
-  if (is_path(name)) {
-    struct stat st {};
-    if (::stat(name.c_str(), &st) != 0 || st.st_size <= 0) return std::nullopt;
-    try {
-      m.region_ = map_file(name, writable);
-    } catch (const bip::interprocess_exception& e) {
-      if (e.get_error_code() == bip::not_found_error) return std::nullopt;
-      throw Error("cannot open " + name + ": " + e.what());
-    }
-    m.name_ = name;
-    m.data_ = static_cast<uint8_t*>(m.region_->get_address());
-    m.size_ = m.region_->get_size();
-    return m;
-  }
-  try {
-    const bip::mode_t mode = writable ? bip::read_write : bip::read_only;
-    bip::shared_memory_object obj(bip::open_only, name.c_str(), mode);
-    bip::offset_t size = 0;
-    if (!obj.get_size(size) || size <= 0) return std::nullopt;  // being created: no size yet
-    m.region_ = std::make_unique<bip::mapped_region>(obj, mode);
-  } catch (const bip::interprocess_exception& e) {
-    if (e.get_error_code() == bip::not_found_error) return std::nullopt;
-    throw Error("cannot open shared memory '" + name + "': " + e.what());
-  }
-  m.name_ = name;
-  m.data_ = static_cast<uint8_t*>(m.region_->get_address());
-  m.size_ = m.region_->get_size();
-  return m;
+  std::optional<Region> r = is_path(name) ? open_file(name, writable) : open_object(name, writable);
+  if (!r) return std::nullopt;
+  return adopt(name, std::move(*r));
 }
 
 bool ShmMapping::remove(const std::string& name) {

@@ -46,6 +46,8 @@ class ShmMapping {
   using Region = std::unique_ptr<boost::interprocess::mapped_region>;
 
  private:
+  static ShmMapping adopt(const std::string& name, Region region);
+
   std::string name_;
   Region region_;
   uint8_t* data_ = nullptr;

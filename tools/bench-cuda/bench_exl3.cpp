@@ -41,6 +41,7 @@
 #include "tools/bench-cuda/host_backing.h"
 #ifdef FT_HAVE_CUBLAS_REF
 #include "tools/bench-cuda/cublas_ref.h"
+#include "tools/bench-cuda/graph_timer.h"
 #endif
 
 namespace {
@@ -270,31 +271,9 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
   Timer tm;
   cudaStream_t cs;  // blocking: ordered with the legacy stream the buffers were filled on
   FT_CUDA_CHECK(cudaStreamCreate(&cs));
-  cudaEvent_t ga, gb;
-  FT_CUDA_CHECK(cudaEventCreate(&ga));
-  FT_CUDA_CHECK(cudaEventCreate(&gb));
-  // µs per call with `calls` calls captured in one CUDA graph (as decode steps run), best of 3.
+  // µs per call with `calls` calls captured in one CUDA graph (as decode steps run).
   auto graph_us = [&](int calls, const std::function<void(int, cudaStream_t)>& call) {
-    cudaGraph_t g;
-    cudaGraphExec_t e;
-    FT_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < calls; ++i) call(i, cs);
-    FT_CUDA_CHECK(cudaStreamEndCapture(cs, &g));
-    FT_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-    FT_CUDA_CHECK(cudaGraphLaunch(e, cs));
-    double best = 1e30;
-    for (int w = 0; w < 3; ++w) {
-      FT_CUDA_CHECK(cudaEventRecord(ga, cs));
-      FT_CUDA_CHECK(cudaGraphLaunch(e, cs));
-      FT_CUDA_CHECK(cudaEventRecord(gb, cs));
-      FT_CUDA_CHECK(cudaEventSynchronize(gb));
-      float ms = 0;
-      FT_CUDA_CHECK(cudaEventElapsedTime(&ms, ga, gb));
-      best = std::min(best, 1e3 * ms / calls);
-    }
-    FT_CUDA_CHECK(cudaGraphExecDestroy(e));
-    FT_CUDA_CHECK(cudaGraphDestroy(g));
-    return best;
+    return 1e3 * bench::graph_ms_per_call(call, calls, 3, cs);
   };
   const bool pdl_here = B.arch >= 90;
   std::vector<GemvRow> rows;
@@ -343,8 +322,6 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
       }
       FT_CUDA_CHECK(cudaFree(ws));
     }
-  FT_CUDA_CHECK(cudaEventDestroy(ga));
-  FT_CUDA_CHECK(cudaEventDestroy(gb));
   FT_CUDA_CHECK(cudaStreamDestroy(cs));
   FT_CUDA_CHECK(cudaFree(pool));
   FT_CUDA_CHECK(cudaFree(sc));

@@ -25,6 +25,7 @@
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "tools/bench-cuda/cublas_ref.h"
+#include "tools/bench-cuda/graph_timer.h"
 
 namespace {
 
@@ -84,41 +85,6 @@ T* dalloc(size_t n) {
   return static_cast<T*>(p);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// Median ms per call: `per_graph` calls captured in one graph (call i gets index i), replayed
-// `replays` times, each replay timed with events.
-double time_calls(const std::function<void(int, cudaStream_t)>& call, int per_graph, int replays, cudaStream_t s) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  FT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < per_graph; ++i) call(i, s);
-  FT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  FT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  FT_CUDA_CHECK(cudaEventCreate(&e0));
-  FT_CUDA_CHECK(cudaEventCreate(&e1));
-  FT_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
-  std::vector<double> ms;
-  for (int r = 0; r < replays; ++r) {
-    FT_CUDA_CHECK(cudaEventRecord(e0, s));
-    FT_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    FT_CUDA_CHECK(cudaEventRecord(e1, s));
-    FT_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    FT_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t / per_graph);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return median(ms);
-}
-
 // Calls per graph so one replay takes ~3 ms (≥ 1, ≤ 64), from one eager timed call.
 int calls_per_graph(const std::function<void(int, cudaStream_t)>& call, int n_distinct, cudaStream_t s) {
   for (int i = 0; i < n_distinct; ++i) call(i, s);  // first calls: kernel attributes, caches
@@ -157,12 +123,12 @@ Bandwidth measure_hbm(cudaStream_t s) {
   };
   read(0, s);
   Bandwidth bw;
-  bw.read_gbs = kBytes / (time_calls(read, kBufs, 5, s) * 1e-3) / 1e9;
+  bw.read_gbs = kBytes / (bench::graph_ms_per_call(read, kBufs, 5, s) * 1e-3) / 1e9;
   auto copy = [&](int i, cudaStream_t st) {
     FT_CUDA_CHECK(cudaMemcpyAsync(buf[(i + 1) % kBufs], buf[i % kBufs], kBytes, cudaMemcpyDeviceToDevice, st));
   };
   copy(0, s);
-  bw.copy_gbs = 2.0 * kBytes / (time_calls(copy, kBufs - 1, 5, s) * 1e-3) / 1e9;
+  bw.copy_gbs = 2.0 * kBytes / (bench::graph_ms_per_call(copy, kBufs - 1, 5, s) * 1e-3) / 1e9;
   for (auto b : buf) cudaFree(b);
   cudaFree(sink);
   return bw;
@@ -216,7 +182,7 @@ void bench_shape(int64_t out, int64_t in, const std::vector<int64_t>& row_counts
       linear_f16(Li, xh, in8, rs, rows, y, out, st);
     };
     const int per = calls_per_graph(call, sets, s);
-    const double ms = time_calls(call, std::max(per, sets), rows >= 2048 ? 5 : 11, s);
+    const double ms = bench::graph_ms_per_call(call, std::max(per, sets), rows >= 2048 ? 5 : 11, s);
     const double bytes = static_cast<double>(wbytes) + rows * in8 * 2.0 + rows * out * 4.0;
     row.us = ms * 1e3;
     row.gbs = bytes / (ms * 1e-3) / 1e9;
@@ -293,7 +259,7 @@ void bench_moe(const std::vector<int64_t>& tokens, const Bandwidth& bw, cudaStre
       moe_combine(Y, dw, n, top_k, D, out, D, LinearStore::Overwrite, st);
     };
     const int per = calls_per_graph(call, sets, s);
-    const double ms = time_calls(call, std::max(per, sets), 11, s);
+    const double ms = bench::graph_ms_per_call(call, std::max(per, sets), 11, s);
     Row row;
     row.what = "MoE 8x(3x2048x4096)";
     row.rows = n;

@@ -85,6 +85,21 @@ class ExpertTierTest : public test::GpuTest {
     o.graphs = false;  // logits come back from eager steps only
     return o;
   }
+  // The fixture without its routed experts (they come from the segment) …
+  static ModelWeights without_experts() {
+    LoadOptions remote;
+    remote.keep_quantized = true;
+    remote.routed_experts = false;
+    return load_model(model_dir(), remote);
+  }
+  // … read zero-copy from the test's segment, exact mode, through a cache of `cache_bytes`.
+  CudaEngineOptions tier_opts(uint64_t cache_bytes) const {
+    CudaEngineOptions o = opts();
+    o.expert_segment = seg_name_;
+    o.tier_mode = "exact";
+    o.expert_cache_bytes = cache_bytes;
+    return o;
+  }
   std::string seg_name_;
 };
 
@@ -131,14 +146,8 @@ TEST_F(ExpertTierTest, ZeroCopyAndCachedExpertsGiveTheVramResidentBits) {
 // reads memory before writing it. Fresh pages are zero; a worker's second engine, or one after
 // another process, gets what the card held before.
 TEST_F(ExpertTierTest, PoisonedMemoryGivesTheFreshEngineBits) {
-  LoadOptions remote;
-  remote.keep_quantized = true;
-  remote.routed_experts = false;
-  const ModelWeights without = load_model(model_dir(), remote);
-  CudaEngineOptions o = opts();
-  o.expert_segment = seg_name_;
-  o.tier_mode = "exact";
-  o.expert_cache_bytes = 1 << 20;
+  const ModelWeights without = without_experts();
+  CudaEngineOptions o = tier_opts(1 << 20);
   o.auto_expert_cache = false;
   o.admit_per_step = 4;
   std::vector<float> want;
@@ -194,15 +203,9 @@ TEST_F(ExpertTierTest, StagedPrefillChunksGiveTheVramResidentBits) {
 }
 
 TEST_F(ExpertTierTest, DecodeFromGraphsWithTheTier) {
-  LoadOptions remote;
-  remote.keep_quantized = true;
-  remote.routed_experts = false;
-  const ModelWeights without = load_model(model_dir(), remote);
-  CudaEngineOptions o = opts();
+  const ModelWeights without = without_experts();
+  CudaEngineOptions o = tier_opts(1 << 20);
   o.graphs = true;
-  o.expert_segment = seg_name_;
-  o.tier_mode = "exact";
-  o.expert_cache_bytes = 1 << 20;
   CudaEngine e(without, nullptr, o);
   LoadOptions local;
   local.keep_quantized = true;
@@ -325,12 +328,6 @@ class TierSplitTest : public ExpertTierTest {
     local.keep_quantized = true;
     CudaEngine resident(load_model(model_dir(), local), nullptr, opts());
     return trace(resident, steps);
-  }
-  static ModelWeights without_experts() {
-    LoadOptions remote;
-    remote.keep_quantized = true;
-    remote.routed_experts = false;
-    return load_model(model_dir(), remote);
   }
   std::string ring_;
   ModelConfig cfg_;
