@@ -175,6 +175,7 @@ struct Setup {
   int64_t chunk = 8192;  // tokens per prefill step (the engine's max_tokens_per_step)
   std::string mode = "exact";
   ExpertBackend* cpu_tier = nullptr;  // fast / cpu modes: the CPU tier over the ring
+  bool poison_vram = false;           // --poison-vram: engines start on 0xFF bytes
 };
 
 void print_rows(const std::vector<Row>& rows) {
@@ -226,6 +227,7 @@ CudaEngineOptions engine_options(const Setup& S, int max_seqs, int64_t context, 
   o.expert_cache_bytes = S.expert_cache;
   o.admit_per_step = S.admit;
   o.forced_routes = true;
+  o.poison_vram = S.poison_vram;
   return o;
 }
 
@@ -275,8 +277,10 @@ std::pair<double, bool> compare_logits(const float* a, const float* f, int64_t V
 // the two next-token distributions and whether their top-1 agree. Then, per ε in `noise`, a fast
 // pass whose CPU tier answers carry ε-relative noise, against exact and against plain fast; with
 // exact_again, a second exact engine (a floor of zero: anything else is state one engine leaves
-// to the next, e.g. memory read before it is written).
-void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise, bool exact_again) {
+// to the next, e.g. memory read before it is written). `extra` (--agreement-passes) appends
+// passes by name: "exact", "fast" or "noise:E"; the "vs fast" columns compare with pass 1.
+void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise, bool exact_again,
+                   const std::vector<std::string>& extra) {
   const ModelConfig& c = S.cfg;
   const int B = 8, prompt = 64;
   const int64_t steps = (positions + B - 1) / B, V = c.vocab_size;
@@ -291,7 +295,9 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
     std::string what;
     double eps = -1;  // < 0: exact (the reference) or plain fast
     bool exact = false;
-    double kl = 0, kl_fast = 0;
+    double kl = 0, kl_fast = 0, kl_max = 0;
+    std::vector<double> first{};  // KL vs exact of sequence 0 at the first decode steps
+    bool no_cache = false;
     int64_t same = 0, same_fast = 0, n = 0;
     uint64_t cpu_experts = 0, zc_experts = 0;
   };
@@ -302,6 +308,17 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
     passes.push_back({b, e});
   }
   if (exact_again) passes.push_back({"exact again (a second engine)", -1, true});
+  for (const std::string& e : extra) {
+    const std::string what = e + " (engine " + std::to_string(passes.size() + 1) + ")";
+    if (e == "exact") passes.push_back({what, -1, true});
+    else if (e == "exact-nocache") {  // every expert read from the segment (no VRAM cache slots)
+      passes.push_back({what, -1, true});
+      passes.back().no_cache = true;
+    }
+    else if (e == "fast") passes.push_back({what});
+    else if (e.rfind("noise:", 0) == 0) passes.push_back({what, std::stod(e.substr(6))});
+    else throw Error("--agreement-passes: '" + e + "' is none of exact, exact-nocache, fast, noise:E");
+  }
   for (size_t pi = 0; pi < passes.size(); ++pi) {
     Pass& P = passes[pi];
     const bool record = pi == 0, keep_fast = pi == 1;
@@ -309,7 +326,9 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
     std::optional<PerturbedTier> noisy;
     if (P.eps >= 0) noisy.emplace(*S.cpu_tier, c.hidden_size, P.eps);
     ExpertBackend* cpu = P.exact ? nullptr : noisy ? &*noisy : S.cpu_tier;
-    CudaEngine eng(S.model->weights, cpu, engine_options(S, B, prompt + steps + 64, B * prompt));
+    Setup SP = S;
+    if (P.no_cache) SP.expert_cache = 1;  // too small for one slot
+    CudaEngine eng(S.model->weights, cpu, engine_options(SP, B, prompt + steps + 64, B * prompt));
     GpuExpertTier* tier = eng.expert_tier();
     if (!tier) throw Error("the " + S.mode + " engine did not attach the expert segment");
     RouteSource src(shape, S.trace, S.trace_file, B);  // the same routes in every pass
@@ -353,6 +372,9 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
         } else {
           const auto [k, same] = compare_logits(ref.data() + at, f, V);
           P.kl += k, P.same += same, ++P.n;
+          // Where a difference starts: the first steps' KL of sequence 0, and the largest.
+          if (b == 0 && st < 4) P.first.push_back(k);
+          P.kl_max = std::max(P.kl_max, k);
           if (keep_fast) fast.insert(fast.end(), f, f + V);
           else {
             const auto [kf, same_f] = compare_logits(fast.data() + at, f, V);
@@ -363,9 +385,12 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
       }
     }
     if (!record) P.cpu_experts = counter(eng, "tier_cpu_experts"), P.zc_experts = counter(eng, "tier_zero_copy_experts");
-    std::printf("panel pass \"%s\": %llu decode graph steps, %llu eager steps\n", P.what.c_str(),
-                static_cast<unsigned long long>(counter(eng, "decode_graph_steps")),
-                static_cast<unsigned long long>(counter(eng, "eager_steps")));
+    const ExpertTierStats ts = tier->stats();
+    std::printf("panel pass \"%s\": %llu decode graph steps, %llu eager steps; cache %d slots, %llu blocks copied in, "
+                "%llu copies pending at the end\n",
+                P.what.c_str(), static_cast<unsigned long long>(counter(eng, "decode_graph_steps")),
+                static_cast<unsigned long long>(counter(eng, "eager_steps")), ts.slots,
+                static_cast<unsigned long long>(ts.copied_blocks), static_cast<unsigned long long>(ts.pending));
   }
   const Pass& F = passes[1];
   std::printf("\n### Tier agreement (synthetic model, real widths): fast vs exact, %lld decode positions (%d sequences, "
@@ -374,16 +399,20 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
               static_cast<long long>(F.n), B, F.kl / std::max<int64_t>(F.n, 1),
               static_cast<double>(F.same) / std::max<int64_t>(F.n, 1), static_cast<unsigned long long>(F.cpu_experts),
               static_cast<unsigned long long>(F.zc_experts));
-  if (passes.size() > 2) {
-    std::printf("\n| pass | mean KL vs exact | top-1 vs exact | mean KL vs fast | top-1 vs fast |\n|---|---|---|---|---|\n");
-    for (size_t pi = 1; pi < passes.size(); ++pi) {
-      const Pass& P = passes[pi];
-      const double n = static_cast<double>(std::max<int64_t>(P.n, 1));
-      if (pi == 1) std::printf("| %s | %.3g | %.5f | - | - |\n", P.what.c_str(), P.kl / n, P.same / n);
-      else
-        std::printf("| %s | %.3g | %.5f | %.3g | %.5f |\n", P.what.c_str(), P.kl / n, P.same / n, P.kl_fast / n,
-                    P.same_fast / n);
+  std::printf("\n| pass | mean KL vs exact | top-1 vs exact | max KL | KL of seq 0, steps 0–3 | mean KL vs pass 2 | top-1 vs "
+              "pass 2 |\n|---|---|---|---|---|---|---|\n");
+  for (size_t pi = 1; pi < passes.size(); ++pi) {
+    const Pass& P = passes[pi];
+    const double n = static_cast<double>(std::max<int64_t>(P.n, 1));
+    std::string first;
+    for (double k : P.first) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%s%.2g", first.empty() ? "" : " ", k);
+      first += b;
     }
+    std::printf("| %s | %.3g | %.5f | %.3g | %s | ", P.what.c_str(), P.kl / n, P.same / n, P.kl_max, first.c_str());
+    if (pi == 1) std::printf("- | - |\n");
+    else std::printf("%.3g | %.5f |\n", P.kl_fast / n, P.same_fast / n);
   }
   std::fflush(stdout);
 }
@@ -545,6 +574,7 @@ int main(int argc, char** argv) {
   int64_t agreement = 0;
   std::vector<double> agreement_noise;
   bool keep = false, agreement_again = false;
+  std::vector<std::string> agreement_passes;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -574,6 +604,11 @@ int main(int argc, char** argv) {
       for (std::string e; std::getline(ss, e, ',');) agreement_noise.push_back(std::stod(e));
     }
     else if (a == "--agreement-exact-again") agreement_again = true;
+    else if (a == "--agreement-passes") {
+      std::stringstream ss(next());
+      for (std::string e; std::getline(ss, e, ',');) agreement_passes.push_back(e);
+    }
+    else if (a == "--poison-vram") S.poison_vram = true;
     else if (a == "--programmatic-launch") exl3_set_programmatic_launch(true);
     else if (a == "--modes") {
       modes.clear();
@@ -590,6 +625,8 @@ int main(int argc, char** argv) {
                    "         [--agreement N (the fast-vs-exact panel over N decode positions; 0: off)]\n"
                    "         [--agreement-noise E,... (extra panel passes: the CPU tier's answers ×(1 ± E))]\n"
                    "         [--agreement-exact-again (an extra panel pass: a second exact engine)]\n"
+                   "         [--agreement-passes P,... (more panel passes, each a new engine: exact, exact-nocache, fast, noise:E)]\n"
+                   "         [--poison-vram (every engine's allocations start as 0xFF bytes, not fresh memory)]\n"
                    "         [--programmatic-launch (EXL3 linears with programmatic dependent launch, sm_90+)]\n"
 );
       return 2;
@@ -725,7 +762,7 @@ int main(int argc, char** argv) {
                    first ? long_prefills : std::vector<int64_t>{}, rows);
       }
     }
-    if (agreement > 0) run_agreement(S, agreement, agreement_noise, agreement_again);
+    if (agreement > 0) run_agreement(S, agreement, agreement_noise, agreement_again, agreement_passes);
     std::printf("\n### Summary (--vram-budget-gb %.0f; bound: HBM bytes at the HBM rate + miss bytes at the mode's rate: "
                 "exact zero-copy, cpu the CPU kernel's, fast both at once; prefill: PCIe only)\n",
                 budget_gb);

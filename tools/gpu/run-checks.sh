@@ -106,6 +106,12 @@ run() {
     local rc=$?
     cat "$out/stack.txt" | head -40
     table+=("| whole stack tiny-chat | rc=$rc | $(grep -c '^ok' "$out/stack.txt") ok, $(grep -c '^FAIL' "$out/stack.txt") failed |")
+    # One gpu-worker per listed GPU (issue 14's launcher path, N = 1 on a one-GPU machine).
+    timeout 300 python3 "$ROOT/tools/gpu/stack_check.py" "$bin" "$ROOT/tests/fixtures/glm5-tiny-chat" --backend cuda \
+      -- --gpus 0 >"$out/stack-gpus0.txt" 2>&1
+    rc=$?
+    head -40 "$out/stack-gpus0.txt"
+    table+=("| whole stack tiny-chat --gpus 0 | rc=$rc | $(grep -c '^ok' "$out/stack-gpus0.txt") ok, $(grep -c '^FAIL' "$out/stack-gpus0.txt") failed |")
   fi
   if has bench; then
     # BENCHES="a b": only those; <NAME>_ARGS (e.g. TIERS_ARGS for flashtier-bench-tiers): its flags.

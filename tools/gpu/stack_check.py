@@ -10,7 +10,8 @@ Checks, against the fixture's reference.safetensors (transformers' greedy tokens
     make them valid) parse and satisfy the schema (checked here, not by our matcher).
 Prints one line per check and exits non-zero on any failure.
 
-usage: stack_check.py BIN_DIR FIXTURE_DIR [--backend cuda]
+usage: stack_check.py BIN_DIR FIXTURE_DIR [--backend cuda] [-- FLAG ...]
+  (flags after `--` go to flashtier-local as they are, e.g. `-- --gpus 0`)
 """
 import concurrent.futures
 import json
@@ -99,6 +100,7 @@ def constrained(port, model, seed):
 def main():
     bin_dir, fixture = sys.argv[1], sys.argv[2]
     backend = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--backend" else "cuda"
+    extra = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
     ref = read_ids(os.path.join(fixture, "reference.safetensors"))
     cases = []
     i = 0
@@ -110,7 +112,7 @@ def main():
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     proc = subprocess.Popen([os.path.join(bin_dir, "flashtier-local"), "--model", os.path.join(fixture, "model"),
                              "--port", str(port), "--backend", backend, "--segment", tag + "-seg", "--ring",
-                             tag + "-ring"], stdout=subprocess.PIPE, stderr=log, text=True)
+                             tag + "-ring"] + extra, stdout=subprocess.PIPE, stderr=log, text=True)
     failures = 0
 
     def check(name, ok, detail=""):
