@@ -15,7 +15,7 @@ namespace {
 
 using namespace exl3dev;
 
-__global__ void __launch_bounds__(kTransformThreads)
+__global__ void __launch_bounds__(kTransformMaxThreads)
     linear_input_kernel(const float* x, int64_t ld_x, int64_t in, const __half* suh, int64_t in_p, __half* xh,
                         float* row_scale) {
   grid_dependents_launch();  // the linear kernel may start its trellis copies now
@@ -120,8 +120,8 @@ void exl3_input_transform(const float* x, int64_t ld_x, int64_t rows, int64_t in
                           __half* xh, float* row_scale, cudaStream_t stream) {
   if (rows <= 0) return;
   if (in > in_p || in_p % 128 || rows > 0x7fffffff) throw Error("exl3_input_transform: bad sizes");
-  linear_input_kernel<<<static_cast<unsigned>(rows), kTransformThreads, 0, stream>>>(x, ld_x, in, suh, in_p, xh,
-                                                                                    row_scale);
+  linear_input_kernel<<<static_cast<unsigned>(rows), transform_threads(in_p), 0, stream>>>(x, ld_x, in, suh, in_p,
+                                                                                         xh, row_scale);
   FT_CUDA_CHECK_LAUNCH();
 }
 

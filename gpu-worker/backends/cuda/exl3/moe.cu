@@ -29,7 +29,7 @@ __device__ __forceinline__ float swiglu_one(float g, float u, float limit) {
 // Gate/up inputs: one CTA per (sorted position s, projection): x of the pick's token ⊙ the
 // pick's expert's suh. Grids cover every pick; positions past the dispatched count (*n_sorted:
 // picks left out, e.g. those another tier computes) return at once.
-__global__ void __launch_bounds__(kTransformThreads)
+__global__ void __launch_bounds__(kTransformMaxThreads)
     moe_gu_input_kernel(const Exl3ExpertPtrs* table, const int32_t* expert, const int32_t* sorted_pick,
                         const int32_t* n_sorted, int top_k, const float* x, int64_t ld_x, int64_t D, int64_t D_p,
                         __half* xh, float* rs, int64_t P) {
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kTransformThreads)
 }
 
 // SwiGLU of the gate/up outputs and the down projection's input transform, per row.
-__global__ void __launch_bounds__(kTransformThreads)
+__global__ void __launch_bounds__(kTransformMaxThreads)
     swiglu_input_kernel(const float* g, const float* u, int64_t ld, int64_t I_p, float limit, const __half* suh,
                         const Exl3ExpertPtrs* table, const int32_t* expert, const int32_t* sorted_pick,
                         const int32_t* n_sorted, __half* xh, float* rs) {
@@ -180,7 +180,7 @@ void exl3_moe_workspace_init(void* workspace, size_t bytes, cudaStream_t stream)
 void exl3_swiglu_input_transform(const float* g, const float* u, int64_t ld, int64_t rows, int64_t inter_p,
                                  float limit, const __half* suh, __half* xh, float* row_scale, cudaStream_t stream) {
   if (rows <= 0) return;
-  swiglu_input_kernel<<<static_cast<unsigned>(rows), kTransformThreads, 0, stream>>>(
+  swiglu_input_kernel<<<static_cast<unsigned>(rows), transform_threads(inter_p), 0, stream>>>(
       g, u, ld, inter_p, limit, suh, nullptr, nullptr, nullptr, nullptr, xh, row_scale);
   FT_CUDA_CHECK_LAUNCH();
 }
@@ -201,7 +201,7 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
   auto* xh_d = reinterpret_cast<__half*>(base + w.xh_d);
   auto* rs_d = reinterpret_cast<float*>(base + w.rs_d);
 
-  moe_gu_input_kernel<<<dim3(static_cast<unsigned>(P), 2), kTransformThreads, 0, stream>>>(
+  moe_gu_input_kernel<<<dim3(static_cast<unsigned>(P), 2), transform_threads(Dp), 0, stream>>>(
       L.table, r.expert, d.sorted_pick, d.offsets + L.n_experts, r.top_k, x, ld_x, D, Dp, xh_gu, rs_gu, P);
   FT_CUDA_CHECK_LAUNCH();
 
@@ -244,7 +244,7 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
     }
   }
 
-  swiglu_input_kernel<<<static_cast<unsigned>(P), kTransformThreads, 0, stream>>>(
+  swiglu_input_kernel<<<static_cast<unsigned>(P), transform_threads(Ip), 0, stream>>>(
       gu, gu + P * Ip, Ip, Ip, limit, nullptr, L.table, r.expert, d.sorted_pick, d.offsets + L.n_experts, xh_d, rs_d);
   FT_CUDA_CHECK_LAUNCH();
 
