@@ -387,10 +387,11 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
     if (!record) P.cpu_experts = counter(eng, "tier_cpu_experts"), P.zc_experts = counter(eng, "tier_zero_copy_experts");
     const ExpertTierStats ts = tier->stats();
     std::printf("panel pass \"%s\": %llu decode graph steps, %llu eager steps; cache %d slots, %llu blocks copied in, "
-                "%llu copies pending at the end\n",
+                "%llu copies pending at the end, %llu experts read from VRAM\n",
                 P.what.c_str(), static_cast<unsigned long long>(counter(eng, "decode_graph_steps")),
                 static_cast<unsigned long long>(counter(eng, "eager_steps")), ts.slots,
-                static_cast<unsigned long long>(ts.copied_blocks), static_cast<unsigned long long>(ts.pending));
+                static_cast<unsigned long long>(ts.copied_blocks), static_cast<unsigned long long>(ts.pending),
+                static_cast<unsigned long long>(ts.resident));
   }
   const Pass& F = passes[1];
   std::printf("\n### Tier agreement (synthetic model, real widths): fast vs exact, %lld decode positions (%d sequences, "

@@ -70,6 +70,7 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&tables_written_, cudaEventDisableTiming));
   in_vram_.assign(static_cast<size_t>(n_moe_) * E_, 0);
+  slot_copies_.assign(static_cast<size_t>(slots), 0);
   staging_slots_ = o.staging_slots >= 0 ? std::min(o.staging_slots, slots) : std::min(2 * E_, slots / 2);
   // Decode steps (graph-captured, at most a few dozen rows) must never stage.
   o_.staging_min_rows = std::max<int64_t>(o_.staging_min_rows, 65);
@@ -133,7 +134,8 @@ void GpuExpertTier::after_step(int64_t n, bool admit, cudaStream_t s) {
   // 1. Copies that finished: their experts now read from VRAM.
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (cudaEventQuery(it->done) == cudaSuccess) {
-      if (cache_.owner(it->slot) == std::make_pair(it->moe, it->expert))
+      if (cache_.owner(it->slot) == std::make_pair(it->moe, it->expert) &&
+          it->seq == slot_copies_[static_cast<size_t>(it->slot)])
         write_entry(it->moe, it->expert, slot_entry(it->moe, it->expert, it->slot), s);
       free_events_.push_back(it->done);
       it = pending_.erase(it);
@@ -191,7 +193,7 @@ void GpuExpertTier::copy_in(int m, int e, int slot) {
     FT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   }
   FT_CUDA_CHECK(cudaEventRecord(ev, copy_));
-  pending_.push_back({m, e, slot, ev});
+  pending_.push_back({m, e, slot, ++slot_copies_[static_cast<size_t>(slot)], ev});
   ++copied_;
 }
 
@@ -287,6 +289,7 @@ ExpertTierStats GpuExpertTier::stats() const {
   s.staging_slots = staging_slots_;
   s.staged_steps = staged_steps_;
   s.staged_blocks = staged_blocks_;
+  s.resident = static_cast<uint64_t>(std::count(in_vram_.begin(), in_vram_.end(), uint8_t{1}));
   return s;
 }
 

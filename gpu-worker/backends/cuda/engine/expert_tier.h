@@ -45,6 +45,7 @@ struct ExpertTierStats {
   int slots = 0, staging_slots = 0;
   uint64_t slot_bytes = 0, pending = 0, copied_blocks = 0;
   uint64_t staged_steps = 0, staged_blocks = 0;  // prefill staging: chunks, blocks copied
+  uint64_t resident = 0;  // table entries that point into VRAM now (copies switched in)
 };
 
 class GpuExpertTier {
@@ -95,6 +96,7 @@ class GpuExpertTier {
  private:
   struct Pending {
     int moe = 0, expert = 0, slot = 0;
+    uint64_t seq = 0;  // the slot's copy count when this copy was issued
     cudaEvent_t done = nullptr;
   };
   void write_entry(int moe, int expert, const Exl3ExpertPtrs& e, cudaStream_t s);
@@ -120,6 +122,10 @@ class GpuExpertTier {
   cudaStream_t copy_ = nullptr;
   cudaEvent_t tables_written_ = nullptr;
   std::vector<Pending> pending_;
+  // Copies issued into each slot so far. A finished copy switches its entry in only if it is the
+  // slot's latest: an older copy of the same expert into the same slot (evicted and admitted
+  // again meanwhile) may finish while a copy of another expert into that slot is still queued.
+  std::vector<uint64_t> slot_copies_;
   std::vector<cudaEvent_t> free_events_;
   uint64_t copied_ = 0;
   // Prefill staging.
