@@ -396,6 +396,25 @@ TEST_F(Exl3GpuMoe, OneWorkspaceServesStepsOfAnySize) {
   }
 }
 
+// A prefill-sized step at the real widths (512 picks: whole-input items, 32-row batches, no
+// split-K): the same bits from VRAM, mapped host memory or a mix. The tier panel at the real
+// widths (docs/perf.md, session 10) gave other logits with a VRAM cache than without one.
+TEST_F(Exl3GpuMoe, RealWidthsPrefillStepReadsTheSameBitsAnywhere) {
+  Layer L(4096, 2048, 24, {3, 3, 3}, {Codebook::Mul1, Codebook::Mul1, Codebook::Mul1}, 51);
+  const Routes R(64, 8, L.E, 52);
+  const std::vector<float> x = randn(static_cast<size_t>(R.n * L.D), 53);
+  MoeRun m(L, R);
+  std::vector<int> all_vram(L.E, 0), all_host(L.E, 1), mixed(L.E);
+  for (int e = 0; e < L.E; ++e) mixed[e] = (e / 3) % 2;
+  const std::vector<float> yv = m.run(L, all_vram, x), yh = m.run(L, all_host, x), ym = m.run(L, mixed, x);
+  const size_t n = static_cast<size_t>(R.n * R.top_k * L.D);
+  EXPECT_EQ(bit_mismatches(yv.data(), yh.data(), n), 0u) << "VRAM vs mapped host memory";
+  EXPECT_EQ(bit_mismatches(yv.data(), ym.data(), n), 0u) << "VRAM vs mixed";
+  size_t finite = 0;
+  for (float v : yv) finite += std::isfinite(v);
+  EXPECT_EQ(finite, yv.size()) << "unwritten or non-finite rows";
+}
+
 TEST_F(Exl3GpuMoe, RealWidths) {
   Layer L(4096, 2048, 8, {3, 3, 3}, {Codebook::Mul1, Codebook::Mul1, Codebook::Mul1}, 41);
   check_layer(L, Routes(2, 4, L.E, 42), "D 4096, I 2048, 8 experts, 2 tokens top-4", 43);
