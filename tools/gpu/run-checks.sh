@@ -9,7 +9,7 @@
 #                                       flashtier-check --backend cuda on every model fixture, then the
 #                                       benchmarks; logs go to $OUT (or .gpu-bundle/out); a table ends it.
 #                                       what: all (default), or a comma list of probe, tests,
-#                                       check, stack, bench; initcheck and panel only when named
+#                                       check, stack, bench; initcheck, panel and tierdiag only when named
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -146,6 +146,27 @@ run() {
     local rc=$?
     grep -E "KL|^\| (fast|exact)|panel pass" "$out/panel.txt"
     table+=("| panel | rc=$rc | $(grep -E 'mean KL' "$out/panel.txt" | head -1 | grep -oE 'mean KL [^;]*' ) |")
+  fi
+  if named tierdiag && [ -x "$bin/flashtier-bench-tiers" ]; then
+    # Does an expert's result depend on where it is read from at the real widths? (docs/perf.md,
+    # session 10: an engine with a VRAM cache gave other logits than one without.) The slot and
+    # location tests, then a short panel with a cache-less exact engine, under lazy and eager
+    # module loading.
+    echo "== tier diagnosis"
+    timeout 200 "$bin/test_cuda" --gtest_brief=1 \
+      --gtest_filter='ExpertTierScale.*:Exl3GpuMoe.RealWidths*:ExpertTierTest.*' >"$out/tierdiag-tests.txt" 2>&1
+    local rc=$?
+    grep -E '^\[  (PASSED|FAILED) |Failure|differ|moved|Expected|Which is' "$out/tierdiag-tests.txt" | head -30
+    table+=("| tier diagnosis tests | rc=$rc | $(grep -E '^\[  PASSED' "$out/tierdiag-tests.txt" | head -1) $(grep -E '^\[  FAILED  \] [0-9]+ test' "$out/tierdiag-tests.txt" | head -1) |")
+    for mode in lazy eager; do
+      local env=()
+      [ "$mode" = eager ] && env=(env CUDA_MODULE_LOADING=EAGER)
+      timeout 170 "${env[@]}" "$bin/flashtier-bench-tiers" --vram-budget-gb 24 --modes "" --agreement 80 --pool-gb 16 \
+        --agreement-passes exact-nocache,exact >"$out/tierdiag-$mode.txt" 2>&1
+      rc=$?
+      grep -E "panel pass|^\| (fast|exact)" "$out/tierdiag-$mode.txt"
+      table+=("| panel 80 positions, $mode loading | rc=$rc | $(grep -E '^\| exact-nocache' "$out/tierdiag-$mode.txt" | cut -d'|' -f2-4) |")
+    done
   fi
   rm -f "$out/check1.txt" "$out/bench1.txt"
   echo
