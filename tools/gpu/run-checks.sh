@@ -167,6 +167,17 @@ run() {
       grep -E "panel pass|^\| (fast|exact)" "$out/tierdiag-$mode.txt"
       table+=("| panel 80 positions, $mode loading | rc=$rc | $(grep -E '^\| exact-nocache' "$out/tierdiag-$mode.txt" | cut -d'|' -f2-4) |")
     done
+    # A write past an allocation's end that lands in the cache slots would depend on the
+    # address layout (hence on module loading): memcheck with padding after every allocation,
+    # on a 5-layer model (2 MoE layers) with a cache.
+    if command -v compute-sanitizer >/dev/null; then
+      timeout 240 compute-sanitizer --tool memcheck --padding 65536 --print-limit 20 "$bin/flashtier-bench-tiers" \
+        --vram-budget-gb 24 --layers 5 --modes "" --agreement 16 --pool-gb 8 --agreement-passes exact-nocache \
+        >"$out/tierdiag-memcheck.txt" 2>&1
+      rc=$?
+      grep -E "Invalid|ERROR SUMMARY|^=========     at|panel pass|^\| (fast|exact)" "$out/tierdiag-memcheck.txt" | head -30
+      table+=("| memcheck --padding, 5 layers | rc=$rc | $(grep -E 'ERROR SUMMARY' "$out/tierdiag-memcheck.txt" | tail -1) |")
+    fi
   fi
   rm -f "$out/check1.txt" "$out/bench1.txt"
   echo
