@@ -62,7 +62,12 @@ void* VramBudget::allocate(uint64_t bytes, VramCategory c, const std::string& wh
     throw VramExhausted("the GPU refused " + gib(bytes) + " for " + what + " (" + cudaGetErrorString(e) + "; " +
                         gib(fr) + " free on the card, " + gib(total) + " in use by this worker)");
   }
-  if (poison_) FT_CUDA_CHECK(cudaMemset(p, 0xFF, bytes ? bytes : 1));
+  if (poison_) {
+    // Done before the caller's first write on any stream (the legacy stream orders no
+    // non-blocking one): a poison landing after an initialisation would fake a bug.
+    FT_CUDA_CHECK(cudaMemset(p, 0xFF, bytes ? bytes : 1));
+    FT_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   used_[static_cast<int>(c)] += static_cast<int64_t>(bytes);
   live_[p] = {bytes, c};
   return p;

@@ -150,7 +150,10 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   sampler_ = std::make_unique<GpuSampler>(o.max_sequences, cfg_.vocab_size, lim.max_logit_rows, *budget_);
   host_rows_len_ = 3 * lim.max_tokens + lim.max_logit_rows;
   FT_CUDA_CHECK(cudaMallocHost(&host_rows_, static_cast<size_t>(host_rows_len_) * sizeof(int32_t)));
-  FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // The whole device, not only stream_: the uploads (cudaMemcpy from pageable memory may return
+  // before its DMA is done) and cudaMemsets above ran on the legacy stream, which does not order
+  // the non-blocking stream_ the steps run on.
+  FT_CUDA_CHECK(cudaDeviceSynchronize());
   std::cerr << "cuda engine: " << dev_.summary() << "; " << (model_->fp32 ? "fp32" : "fp16") << " precision; VRAM "
             << budget_->report() << "; " << blocks << " cache blocks of " << bt << " tokens" << std::endl;
 }

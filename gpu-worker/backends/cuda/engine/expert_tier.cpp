@@ -52,9 +52,12 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   ws_ = DeviceArray<uint8_t>(budget, ws, VramCategory::Workspace, "zero-copy expert workspace");
   exl3_moe_workspace_init(ws_.get(), ws, compute);
   FT_CUDA_CHECK(cudaMallocHost(&routes_h_, static_cast<size_t>(n_moe_) * o.max_tokens * TK_ * sizeof(int32_t)));
-  if (o.forced_routes)
+  compute_ = compute;
+  if (o.forced_routes) {
     forced_ = DeviceArray<int32_t>(budget, static_cast<size_t>(n_moe_) * o.max_tokens * TK_, VramCategory::Workspace,
                                    "forced routes");
+    FT_CUDA_CHECK(cudaMallocHost(&forced_h_, forced_.bytes()));
+  }
   // The cache takes what is left once the tier's own buffers are in (cache_bytes, or, when 0,
   // 90% of what the budget holds beyond keep_free — the engine's sequence states, full-context
   // KV cache and reserve), so the allocations after it always find their room.
@@ -102,6 +105,7 @@ GpuExpertTier::~GpuExpertTier() {
   if (copy_) cudaStreamDestroy(copy_);
   if (seg_dev_) cudaHostUnregister(const_cast<uint8_t*>(seg_.data()));
   if (routes_h_) cudaFreeHost(routes_h_);
+  if (forced_h_) cudaFreeHost(forced_h_);
   if (table_h_) cudaFreeHost(table_h_);
 }
 
@@ -299,10 +303,17 @@ void GpuExpertTier::set_forced_routes(const int32_t* host, int64_t rows) {
     throw Error("expert tier: " + std::to_string(rows) + " forced rows, at most " + std::to_string(o_.max_tokens));
   for (int64_t i = 0; i < static_cast<int64_t>(n_moe_) * rows * TK_; ++i)
     if (host[i] < 0 || host[i] >= E_) throw Error("expert tier: forced route " + std::to_string(host[i]) + " out of range");
-  const size_t n = static_cast<size_t>(rows * TK_);
-  FT_CUDA_CHECK(cudaMemcpy2D(forced_.get(), static_cast<size_t>(o_.max_tokens * TK_) * sizeof(int32_t), host,
-                             n * sizeof(int32_t), n * sizeof(int32_t), static_cast<size_t>(n_moe_),
-                             cudaMemcpyHostToDevice));
+  // On the compute stream from pinned memory, so the next step's kernels read these routes. A
+  // synchronous copy from pageable memory is no such guarantee: it may return before its DMA is
+  // done, and the legacy stream it runs on does not order the engine's non-blocking stream: with
+  // the cache's block copies queued on the copy engines, a step may start on the previous step's
+  // routes (the likely cause of the real-width panel's cache-dependent logits, docs/perf.md
+  // session 10). The staging is rewritten only between steps, and every step ends synchronised.
+  const size_t n = static_cast<size_t>(rows * TK_), pitch = static_cast<size_t>(o_.max_tokens * TK_);
+  for (int m = 0; m < n_moe_; ++m)
+    std::copy(host + m * n, host + (m + 1) * n, forced_h_ + m * pitch);
+  FT_CUDA_CHECK(cudaMemcpy2DAsync(forced_.get(), pitch * sizeof(int32_t), forced_h_, pitch * sizeof(int32_t),
+                                  n * sizeof(int32_t), static_cast<size_t>(n_moe_), cudaMemcpyHostToDevice, compute_));
 }
 
 const int32_t* GpuExpertTier::forced_routes(int64_t layer) const {

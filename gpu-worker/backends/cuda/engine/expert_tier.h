@@ -119,6 +119,8 @@ class GpuExpertTier {
   tiers::ExpertCache cache_;
   int32_t* routes_h_ = nullptr;  // pinned [n_moe][max_tokens·top_k]
   DeviceArray<int32_t> forced_;  // [n_moe][max_tokens·top_k] when routes are forced
+  int32_t* forced_h_ = nullptr;  // its pinned staging: uploaded on the compute stream, in step order
+  cudaStream_t compute_ = nullptr;
   cudaStream_t copy_ = nullptr;
   cudaEvent_t tables_written_ = nullptr;
   std::vector<Pending> pending_;
