@@ -72,6 +72,43 @@ std::optional<int> ExpertCache::admit(int layer, int expert, std::pair<int, int>
 
 void ExpertCache::end_step() { ++step_; }
 
+std::vector<Admission> admit_step(ExpertCache& cache, const std::vector<std::vector<int32_t>>& used, int budget,
+                                  int* first_layer) {
+  const int layers = static_cast<int>(used.size());
+  std::vector<std::vector<int32_t>> misses(static_cast<size_t>(layers));
+  for (int l = 0; l < layers; ++l)
+    for (int32_t e : used[static_cast<size_t>(l)])
+      if (e >= 0 && e < cache.experts() && !cache.lookup(l, e)) misses[static_cast<size_t>(l)].push_back(e);
+  std::vector<Admission> out;
+  if (layers == 0) return out;
+  int l = ((*first_layer % layers) + layers) % layers;
+  std::vector<size_t> next(static_cast<size_t>(layers), 0);
+  int idle = 0;  // layers in a row with nothing left to admit
+  while (budget > 0 && idle < layers) {
+    std::vector<int32_t>& m = misses[static_cast<size_t>(l)];
+    size_t& i = next[static_cast<size_t>(l)];
+    if (i < m.size()) {
+      Admission a;
+      const std::optional<int> slot = cache.admit(l, m[i++], &a.evicted);
+      if (!slot) {  // admission off, or every slot pinned: nothing more this step
+        *first_layer = l;
+        return out;
+      }
+      a.layer = l;
+      a.expert = m[i - 1];
+      a.slot = *slot;
+      out.push_back(a);
+      --budget;
+      idle = 0;
+      *first_layer = (l + 1) % layers;
+    } else {
+      ++idle;
+    }
+    l = (l + 1) % layers;
+  }
+  return out;
+}
+
 std::vector<std::pair<int, std::pair<int, int>>> ExpertCache::warm_start(
     const std::vector<std::vector<uint64_t>>& counts) {
   std::vector<std::pair<uint64_t, int>> order;  // (count, key), most used first, ties to lower key

@@ -74,6 +74,20 @@ class ExpertCache {
   std::vector<CacheCounters> counters_;
 };
 
+// One step's cache upkeep between begin_step and end_step: every expert each MoE layer used
+// (`used[layer]`, ascending and unique) is looked up first — hits pin their slots, so no
+// admission of this step evicts an expert the step used — then misses are admitted one per
+// layer in turn, starting at layer `*first_layer` and wrapping, while `budget` lasts. When the
+// misses outnumber the budget, visiting layers in a fixed order would give the first layers
+// every admission and the last ones none; the caller keeps *first_layer, which is left at the
+// layer after the last one served, so successive steps go round all layers.
+struct Admission {
+  int layer = 0, expert = 0, slot = 0;
+  std::pair<int, int> evicted{-1, -1};  // what the slot held
+};
+std::vector<Admission> admit_step(ExpertCache& cache, const std::vector<std::vector<int32_t>>& used, int budget,
+                                  int* first_layer);
+
 // A routing-statistics file: one line per MoE layer, `layer e0 e1 … e(E−1)` with use counts.
 std::vector<std::vector<uint64_t>> read_routing_stats(const std::string& path, int layers, int experts);
 

@@ -79,6 +79,56 @@ TEST(ExpertCache, AdmissionOffForLargePrefillChunks) {
   EXPECT_EQ(c.totals().admissions, 0u);
 }
 
+// With more misses than the per-step budget, admissions go round the layers from where the last
+// step stopped: every layer gets its turn (a fixed order gave the first layers every admission).
+TEST(ExpertCache, AdmissionsGoRoundTheLayersUnderABudget) {
+  ExpertCache c(3, 10, 100);
+  const std::vector<std::vector<int32_t>> used = {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}};
+  int first = 0;
+  auto step = [&](int budget) {
+    c.begin_step(true);
+    std::vector<std::pair<int, int>> got;
+    for (const Admission& a : admit_step(c, used, budget, &first)) {
+      got.emplace_back(a.layer, a.expert);
+      EXPECT_EQ(a.evicted.first, -1);  // the cache has room
+      EXPECT_EQ(c.owner(a.slot), std::make_pair(a.layer, a.expert));
+    }
+    c.end_step();
+    return got;
+  };
+  using V = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(step(5), (V{{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}}));
+  EXPECT_EQ(first, 2);
+  EXPECT_EQ(step(5), (V{{2, 1}, {0, 2}, {1, 2}, {2, 2}, {0, 3}}));
+  EXPECT_EQ(first, 1);
+  // The rest fit the budget: layers with nothing left are passed over, and the start moves on.
+  EXPECT_EQ(step(16), (V{{1, 3}, {2, 3}}));
+  EXPECT_EQ(first, 0);
+  EXPECT_TRUE(step(16).empty());  // everything cached: all hits
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(c.counters(l).admissions, 4u) << l;
+}
+
+TEST(ExpertCache, AdmissionsNeverEvictWhatTheStepUsed) {
+  ExpertCache c(2, 8, 2);
+  int first = 0;
+  c.begin_step(true);
+  ASSERT_EQ(admit_step(c, {{0}, {0}}, 8, &first).size(), 2u);  // both slots taken
+  c.end_step();
+  // The next step uses both cached experts and misses two more: both slots are pinned by its
+  // hits, so nothing is admitted (and the step's picks stay where they are).
+  c.begin_step(true);
+  EXPECT_TRUE(admit_step(c, {{0, 5}, {0, 6}}, 8, &first).empty());
+  c.end_step();
+  EXPECT_TRUE(c.slot_of(0, 0) && c.slot_of(1, 0));
+  // Admission off (a large prefill chunk): lookups count, nothing is admitted.
+  c.begin_step(false);
+  EXPECT_TRUE(admit_step(c, {{1}, {1}}, 8, &first).empty());
+  c.end_step();
+  EXPECT_EQ(c.totals().misses, 6u);  // 2 + 2 + 2
+  EXPECT_EQ(c.totals().hits, 2u);
+  EXPECT_EQ(c.totals().admissions, 2u);
+}
+
 TEST(ExpertCache, WarmStartPlacesTheMostUsedExperts) {
   ExpertCache c(2, 4, 3);
   const std::vector<std::vector<uint64_t>> counts = {{5, 0, 9, 1}, {7, 7, 0, 2}};
@@ -366,7 +416,9 @@ TEST(ExpertCache, PrefillStagingBorrowsSlotsAndGivesTheirExpertsBack) {
     for (int e = 6; e < 16; ++e) {
       if (c.lookup(0, e)) continue;
       const auto s = c.admit(0, e);
-      if (s) EXPECT_LT(*s, 4);
+      if (s) {
+        EXPECT_LT(*s, 4);
+      }
     }
     c.end_step();
   }

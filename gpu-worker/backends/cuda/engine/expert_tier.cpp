@@ -149,33 +149,29 @@ void GpuExpertTier::after_step(int64_t n, bool admit, cudaStream_t s) {
     }
   }
   if (cache_.slots() == 0 || n <= 0) return;
-  // 2. The policy sees what the step used; admissions are capped per step.
+  // 2. The policy sees what the step used; admissions are capped per step and go round the
+  // layers (tiers::admit_step), so a budget smaller than the misses reaches every layer in turn.
   cache_.begin_step(admit);
   struct Copy {
     int moe, expert, slot;
   };
   std::vector<Copy> copies;
-  int budget = o_.admit_per_step;
   const int64_t picks = std::min<int64_t>(n, o_.max_tokens) * TK_;
-  std::vector<int32_t> used;
+  std::vector<std::vector<int32_t>> used(static_cast<size_t>(n_moe_));
   for (int m = 0; m < n_moe_; ++m) {
     const int32_t* r = routes_h_ + static_cast<int64_t>(m) * o_.max_tokens * TK_;
-    used.assign(r, r + picks);
-    std::sort(used.begin(), used.end());
-    used.erase(std::unique(used.begin(), used.end()), used.end());
-    for (int32_t e : used) {
-      if (e < 0 || e >= E_) continue;
-      if (cache_.lookup(m, e)) continue;
-      if (budget <= 0) continue;
-      std::pair<int, int> ev;
-      const std::optional<int> slot = cache_.admit(m, e, &ev);
-      if (!slot) continue;
-      --budget;
-      // The evicted expert reads from the segment again before its slot is overwritten; a copy
-      // still in flight into this slot is superseded (its switch is dropped above by the owner check).
-      if (ev.first >= 0) write_entry(ev.first, ev.second, segment_entry(ev.first, ev.second), s);
-      copies.push_back({m, e, *slot});
-    }
+    std::vector<int32_t>& u = used[static_cast<size_t>(m)];
+    u.assign(r, r + picks);
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+  }
+  for (const tiers::Admission& a : tiers::admit_step(cache_, used, o_.admit_per_step, &admit_from_)) {
+    // The evicted expert reads from the segment again before its slot is overwritten; a copy
+    // still in flight into this slot is superseded (its switch is dropped above: not the slot's
+    // latest copy).
+    const auto [em, ee] = a.evicted;
+    if (em >= 0) write_entry(em, ee, segment_entry(em, ee), s);
+    copies.push_back({a.layer, a.expert, a.slot});
   }
   cache_.end_step();
   if (copies.empty()) return;

@@ -128,6 +128,7 @@ class GpuExpertTier {
   // slot's latest: an older copy of the same expert into the same slot (evicted and admitted
   // again meanwhile) may finish while a copy of another expert into that slot is still queued.
   std::vector<uint64_t> slot_copies_;
+  int admit_from_ = 0;  // the MoE layer the next step's admissions start at
   std::vector<cudaEvent_t> free_events_;
   uint64_t copied_ = 0;
   // Prefill staging.
