@@ -89,13 +89,13 @@ std::vector<Admission> admit_step(ExpertCache& cache, const std::vector<std::vec
     size_t& i = next[static_cast<size_t>(l)];
     if (i < m.size()) {
       Admission a;
-      const std::optional<int> slot = cache.admit(l, m[i++], &a.evicted);
+      a.layer = l;
+      a.expert = m[i++];
+      const std::optional<int> slot = cache.admit(l, a.expert, &a.evicted);
       if (!slot) {  // admission off, or every slot pinned: nothing more this step
         *first_layer = l;
         return out;
       }
-      a.layer = l;
-      a.expert = m[i - 1];
       a.slot = *slot;
       out.push_back(a);
       --budget;

@@ -62,6 +62,19 @@ struct StepItem {
   LogitsWanted logits = LogitsWanted::None;
 };
 
+// A decode item: `token`, one generated token of `seq`, with the next one sampled. The item
+// points at `token`, which must outlive the step (hence no temporaries).
+inline StepItem decode_item(uint64_t seq, const int32_t& token, LogitsWanted logits = LogitsWanted::None) {
+  StepItem it;
+  it.seq = seq;
+  it.tokens = std::span<const int32_t>(&token, 1);
+  it.prompt = false;
+  it.sample = true;
+  it.logits = logits;
+  return it;
+}
+StepItem decode_item(uint64_t seq, const int32_t&& token, LogitsWanted logits = LogitsWanted::None) = delete;
+
 struct StepResult {
   int32_t token = -1;  // when sampled
   float logprob = 0.0f;

@@ -38,16 +38,18 @@
 #include "gpu-worker/backends/cuda/exl3/read_probe.h"
 #include "shared/core/half.h"
 #include "shared/exl3/expert_block.h"
+#include "tools/bench-cuda/bench_util.h"
+#include "tools/bench-cuda/graph_timer.h"
 #include "tools/bench-cuda/host_backing.h"
 #ifdef FT_HAVE_CUBLAS_REF
 #include "tools/bench-cuda/cublas_ref.h"
-#include "tools/bench-cuda/graph_timer.h"
 #endif
 
 namespace {
 
 using namespace ft::cuda;
 using ft::exl3::Codebook;
+using ft::cuda::bench::split_list;
 
 struct Opts {
   bool quick = false;
@@ -56,16 +58,6 @@ struct Opts {
   bool wants(const std::string& s) const { return std::find(sections.begin(), sections.end(), s) != sections.end(); }
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i <= s.size()) {
-    const size_t j = std::min(s.find(',', i), s.size());
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
 
 template <class T>
 T* dev_alloc(size_t n) {

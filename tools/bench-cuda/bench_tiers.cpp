@@ -274,13 +274,12 @@ std::pair<double, bool> compare_logits(const float* a, const float* f, int64_t V
 // The tier agreement panel: B sequences decoded by an exact engine, then by a fast one fed the
 // exact engine's greedy tokens under the same forced routes (one engine at a time: each
 // registers the 80 GB segment, and the host cannot pin it twice); per decode position the KL of
-// the two next-token distributions and whether their top-1 agree. Then, per ε in `noise`, a fast
-// pass whose CPU tier answers carry ε-relative noise, against exact and against plain fast; with
-// exact_again, a second exact engine (a floor of zero: anything else is state one engine leaves
-// to the next, e.g. memory read before it is written). `extra` (--agreement-passes) appends
-// passes by name: "exact", "fast" or "noise:E"; the "vs fast" columns compare with pass 1.
-void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise, bool exact_again,
-                   const std::vector<std::string>& extra) {
+// the two next-token distributions and whether their top-1 agree. `extra` appends passes, each a
+// new engine compared with exact and with the fast pass: "exact" (a floor of zero: anything else
+// is state one engine leaves to the next), "exact-nocache" (every expert read from the segment),
+// "fast", or "noise:E" (fast with the CPU tier's answers ×(1 ± E): how far that noise alone
+// moves this model).
+void run_agreement(Setup S, int64_t positions, const std::vector<std::string>& extra) {
   const ModelConfig& c = S.cfg;
   const int B = 8, prompt = 64;
   const int64_t steps = (positions + B - 1) / B, V = c.vocab_size;
@@ -302,22 +301,18 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
     uint64_t cpu_experts = 0, zc_experts = 0;
   };
   std::vector<Pass> passes = {{"exact", -1, true}, {"fast"}};
-  for (double e : noise) {
-    char b[64];
-    std::snprintf(b, sizeof b, "fast, CPU tier ×(1 ± %.3g)", e);
-    passes.push_back({b, e});
-  }
-  if (exact_again) passes.push_back({"exact again (a second engine)", -1, true});
   for (const std::string& e : extra) {
     const std::string what = e + " (engine " + std::to_string(passes.size() + 1) + ")";
-    if (e == "exact") passes.push_back({what, -1, true});
-    else if (e == "exact-nocache") {  // every expert read from the segment (no VRAM cache slots)
+    if (e == "exact" || e == "exact-nocache") {
       passes.push_back({what, -1, true});
-      passes.back().no_cache = true;
+      passes.back().no_cache = e == "exact-nocache";
+    } else if (e == "fast") {
+      passes.push_back({what});
+    } else if (e.rfind("noise:", 0) == 0) {
+      passes.push_back({what, std::stod(e.substr(6))});
+    } else {
+      throw Error("--agreement-passes: '" + e + "' is none of exact, exact-nocache, fast, noise:E");
     }
-    else if (e == "fast") passes.push_back({what});
-    else if (e.rfind("noise:", 0) == 0) passes.push_back({what, std::stod(e.substr(6))});
-    else throw Error("--agreement-passes: '" + e + "' is none of exact, exact-nocache, fast, noise:E");
   }
   for (size_t pi = 0; pi < passes.size(); ++pi) {
     Pass& P = passes[pi];
@@ -355,11 +350,7 @@ void run_agreement(Setup S, int64_t positions, const std::vector<double>& noise,
     for (int64_t st = 0; st < steps; ++st) {
       for (int b = 0; b < B; ++b) {
         src.fill(b, b, 1, B, routes);
-        items[b].seq = seqs[b];
-        items[b].tokens = std::span<const int32_t>(&next[b], 1);
-        items[b].prompt = false;
-        items[b].sample = true;
-        items[b].logits = LogitsWanted::Last;
+        items[b] = decode_item(seqs[b], next[b], LogitsWanted::Last);
       }
       tier->set_forced_routes(routes.data(), B);
       eng.step(items, r);
@@ -573,8 +564,7 @@ int main(int argc, char** argv) {
   std::string segment = "flashtier-bench-tiers";
   std::vector<std::string> modes = {"fast", "exact"};
   int64_t agreement = 0;
-  std::vector<double> agreement_noise;
-  bool keep = false, agreement_again = false;
+  bool keep = false;
   std::vector<std::string> agreement_passes;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -600,22 +590,16 @@ int main(int argc, char** argv) {
     else if (a == "--segment") segment = next();
     else if (a == "--keep-segment") keep = true;
     else if (a == "--agreement") agreement = std::stoll(next());
-    else if (a == "--agreement-noise") {
-      std::stringstream ss(next());
-      for (std::string e; std::getline(ss, e, ',');) agreement_noise.push_back(std::stod(e));
+    else if (a == "--agreement-noise") {  // the same as --agreement-passes noise:E,…
+      for (const std::string& e : bench::split_list(next())) agreement_passes.push_back("noise:" + e);
     }
-    else if (a == "--agreement-exact-again") agreement_again = true;
+    else if (a == "--agreement-exact-again") agreement_passes.push_back("exact");
     else if (a == "--agreement-passes") {
-      std::stringstream ss(next());
-      for (std::string e; std::getline(ss, e, ',');) agreement_passes.push_back(e);
+      for (const std::string& e : bench::split_list(next())) agreement_passes.push_back(e);
     }
     else if (a == "--poison-vram") S.poison_vram = true;
     else if (a == "--programmatic-launch") exl3_set_programmatic_launch(true);
-    else if (a == "--modes") {
-      modes.clear();
-      std::stringstream ss(next());
-      for (std::string m; std::getline(ss, m, ',');) modes.push_back(m);
-    }
+    else if (a == "--modes") modes = bench::split_list(next());
     else {
       std::fprintf(stderr,
                    "usage: flashtier-bench-tiers [--vram-budget-gb 24] [--pool-gb G] [--expert-cache-gb G] [--layers 45]\n"
@@ -763,7 +747,7 @@ int main(int argc, char** argv) {
                    first ? long_prefills : std::vector<int64_t>{}, rows);
       }
     }
-    if (agreement > 0) run_agreement(S, agreement, agreement_noise, agreement_again, agreement_passes);
+    if (agreement > 0) run_agreement(S, agreement, agreement_passes);
     std::printf("\n### Summary (--vram-budget-gb %.0f; bound: HBM bytes at the HBM rate + miss bytes at the mode's rate: "
                 "exact zero-copy, cpu the CPU kernel's, fast both at once; prefill: PCIe only)\n",
                 budget_gb);

@@ -1,5 +1,5 @@
 #pragma once
-// Small helpers the GPU benchmarks share: list flags ("1,2,4,8") and the median of timings.
+// Small helpers the GPU benchmarks share: list flags ("1,2,4,8", "a,b") and the median of timings.
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
@@ -15,6 +15,18 @@ inline std::vector<int64_t> parse_list(const std::string& s) {
   std::string x;
   while (std::getline(ss, x, ',')) v.push_back(std::stoll(x));
   return v;
+}
+
+// "a,b,,c" → {"a", "b", "c"} (empty elements dropped; "" → {}).
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    const size_t j = std::min(s.find(',', i), s.size());
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
 }
 
 // The upper median (0 for no samples).

@@ -99,11 +99,7 @@ TEST_F(CudaEngineTest, GreedyDecodeFollowsTheFixture) {
       std::vector<int32_t> got = {r[0].token};
       while (got.size() < c.generated.size()) {
         const int32_t t = got.back();
-        StepItem d;
-        d.seq = s;
-        d.tokens = std::span<const int32_t>(&t, 1);
-        d.prompt = false;
-        d.sample = true;
+        const StepItem d = decode_item(s, t);
         e.step(std::span<const StepItem>(&d, 1), r);
         got.push_back(r[0].token);
       }
@@ -235,12 +231,7 @@ TEST_P(CudaEnginePrecision, PoisonedMemoryGivesTheFreshEngineBits) {
         for (int k = 0; k < 12; ++k) {
           next = static_cast<int32_t>(std::max_element(last.end() - e.config().vocab_size, last.end()) -
                                       (last.end() - e.config().vocab_size));
-          StepItem it;
-          it.seq = s;
-          it.tokens = std::span<const int32_t>(&next, 1);
-          it.prompt = false;
-          it.sample = true;
-          it.logits = LogitsWanted::Last;
+          const StepItem it = decode_item(s, next, LogitsWanted::Last);
           e.step(std::span<const StepItem>(&it, 1), r);
           last = r[0].logits;
           got.insert(got.end(), last.begin(), last.end());
@@ -357,11 +348,7 @@ TEST_P(CudaEnginePrecision, CancellingASequenceBetweenGraphStepsLeavesTheOthersA
     std::vector<int32_t> out = {r[0].token};
     for (int k = 0; k < 16; ++k) {
       const int32_t t = out.back();
-      StepItem d;
-      d.seq = s;
-      d.tokens = std::span<const int32_t>(&t, 1);
-      d.prompt = false;
-      d.sample = true;
+      const StepItem d = decode_item(s, t);
       e.step(std::span<const StepItem>(&d, 1), r);
       out.push_back(r[0].token);
     }
@@ -402,12 +389,7 @@ TEST_P(CudaEnginePrecision, CancellingASequenceBetweenGraphStepsLeavesTheOthersA
     std::vector<int32_t> next(3);
     for (size_t i : live) {
       next[i] = out[i].back();
-      StepItem d;
-      d.seq = seqs[i];
-      d.tokens = std::span<const int32_t>(&next[i], 1);
-      d.prompt = false;
-      d.sample = true;
-      items.push_back(d);
+      items.push_back(decode_item(seqs[i], next[i]));
     }
     e.step(items, r);
     for (size_t j = 0; j < live.size(); ++j) out[live[j]].push_back(r[j].token);

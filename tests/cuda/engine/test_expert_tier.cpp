@@ -49,12 +49,7 @@ std::vector<float> trace(CudaEngine& e, int steps, const std::string& which = "c
   int32_t next = 0;
   for (int k = 0; k < steps; ++k) {
     next = feed ? (*feed)[static_cast<size_t>(k)] : r[0].token;
-    StepItem d;
-    d.seq = s;
-    d.tokens = std::span<const int32_t>(&next, 1);
-    d.prompt = false;
-    d.sample = true;
-    d.logits = LogitsWanted::Last;
+    const StepItem d = decode_item(s, next, LogitsWanted::Last);
     e.step(std::span<const StepItem>(&d, 1), r);
     out.insert(out.end(), r[0].logits.begin(), r[0].logits.end());
   }
@@ -228,11 +223,7 @@ TEST_F(ExpertTierTest, DecodeFromGraphsWithTheTier) {
     g.step(std::span<const StepItem>(&it, 1), r);
     std::vector<int32_t> out = {r[0].token};
     for (int k = 0; k < 20; ++k) {
-      StepItem d;
-      d.seq = s;
-      d.tokens = std::span<const int32_t>(&out.back(), 1);
-      d.prompt = false;
-      d.sample = true;
+      const StepItem d = decode_item(s, out.back());
       g.step(std::span<const StepItem>(&d, 1), r);
       out.push_back(r[0].token);
     }

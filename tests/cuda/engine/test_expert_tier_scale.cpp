@@ -97,6 +97,11 @@ TEST_F(ExpertTierScale, CachedEntriesHoldTheirExpertsBytesPastFourGigabytes) {
   FT_CUDA_CHECK(cudaDeviceSynchronize());
 
   const ipc::ExpertSegment& sg = tier.segment();
+  // Where an entry's block starts: its gate trellis less that trellis's offset in the block.
+  auto block_base = [](const Exl3ExpertPtrs& p, const uint8_t* host_block) {
+    const auto* h = reinterpret_cast<const exl3::ExpertBlockHeader*>(host_block);
+    return reinterpret_cast<const uint8_t*>(p.trellis[0]) - h->proj[0].trellis_offset;
+  };
   int in_vram = 0;
   uintptr_t lo = UINTPTR_MAX, hi = 0;  // the slots' span
   for (size_t li = 0; li < moe_layers.size(); ++li) {
@@ -107,7 +112,7 @@ TEST_F(ExpertTierScale, CachedEntriesHoldTheirExpertsBytesPastFourGigabytes) {
       const uint8_t* host = sg.block_data(b);
       const auto* h = reinterpret_cast<const exl3::ExpertBlockHeader*>(host);
       const Exl3ExpertPtrs& p = now[static_cast<size_t>(e)];
-      const auto* base = reinterpret_cast<const uint8_t*>(p.trellis[0]) - h->proj[0].trellis_offset;
+      const uint8_t* base = block_base(p, host);
       // The three projections' pointers are one block's layout from one base.
       for (int j = 0; j < 3; ++j) {
         EXPECT_EQ(reinterpret_cast<const uint8_t*>(p.trellis[j]), base + h->proj[j].trellis_offset) << m << "/" << e;
@@ -133,9 +138,7 @@ TEST_F(ExpertTierScale, CachedEntriesHoldTheirExpertsBytesPastFourGigabytes) {
   for (int e : {0, E - 1}) {
     const int m = tier.moe_index(moe_layers.back());
     const ipc::BlockDesc& b = sg.block(m, static_cast<uint32_t>(e));
-    const auto* h = reinterpret_cast<const exl3::ExpertBlockHeader*>(sg.block_data(b));
-    const auto* zc = reinterpret_cast<const uint8_t*>(before.back()[static_cast<size_t>(e)].trellis[0]) -
-                     h->proj[0].trellis_offset;
+    const uint8_t* zc = block_base(before.back()[static_cast<size_t>(e)], sg.block_data(b));
     const std::vector<uint8_t> got = read_device(zc, b.bytes);
     EXPECT_EQ(std::memcmp(got.data(), sg.block_data(b), b.bytes), 0) << "zero-copy bytes of expert " << m << "/" << e;
   }

@@ -152,10 +152,6 @@ void GpuExpertTier::after_step(int64_t n, bool admit, cudaStream_t s) {
   // 2. The policy sees what the step used; admissions are capped per step and go round the
   // layers (tiers::admit_step), so a budget smaller than the misses reaches every layer in turn.
   cache_.begin_step(admit);
-  struct Copy {
-    int moe, expert, slot;
-  };
-  std::vector<Copy> copies;
   const int64_t picks = std::min<int64_t>(n, o_.max_tokens) * TK_;
   std::vector<std::vector<int32_t>> used(static_cast<size_t>(n_moe_));
   for (int m = 0; m < n_moe_; ++m) {
@@ -165,20 +161,20 @@ void GpuExpertTier::after_step(int64_t n, bool admit, cudaStream_t s) {
     std::sort(u.begin(), u.end());
     u.erase(std::unique(u.begin(), u.end()), u.end());
   }
-  for (const tiers::Admission& a : tiers::admit_step(cache_, used, o_.admit_per_step, &admit_from_)) {
-    // The evicted expert reads from the segment again before its slot is overwritten; a copy
-    // still in flight into this slot is superseded (its switch is dropped above: not the slot's
-    // latest copy).
+  const std::vector<tiers::Admission> admitted = tiers::admit_step(cache_, used, o_.admit_per_step, &admit_from_);
+  cache_.end_step();
+  // The evicted experts read from the segment again before their slots are overwritten; a copy
+  // still in flight into such a slot is superseded (its switch is dropped above: not the slot's
+  // latest copy).
+  for (const tiers::Admission& a : admitted) {
     const auto [em, ee] = a.evicted;
     if (em >= 0) write_entry(em, ee, segment_entry(em, ee), s);
-    copies.push_back({a.layer, a.expert, a.slot});
   }
-  cache_.end_step();
-  if (copies.empty()) return;
+  if (admitted.empty()) return;
   // 3. Copies start once the table writes that release their slots are done.
   FT_CUDA_CHECK(cudaEventRecord(tables_written_, s));
   FT_CUDA_CHECK(cudaStreamWaitEvent(copy_, tables_written_, 0));
-  for (const Copy& c : copies) copy_in(c.moe, c.expert, c.slot);
+  for (const tiers::Admission& a : admitted) copy_in(a.layer, a.expert, a.slot);
 }
 
 void GpuExpertTier::copy_in(int m, int e, int slot) {
