@@ -10,6 +10,7 @@
 #include "gpu-worker/engine/engine_factory.h"
 #include "shared/core/error.h"
 #include "shared/engine/reference_engine.h"
+#include "shared/sampling/logit_compare.h"
 #include "shared/sampling/sampler.h"
 #include "shared/model/tensor_convert.h"
 
@@ -213,30 +214,13 @@ class EngineSubject final : public Subject {
   uint64_t seq_ = 0;
 };
 
-// The reference's margin between its two best logits, over the row's RMS.
-double top2_gap_over_rms(const float* ref, int64_t n) {
-  float a = -INFINITY, b = -INFINITY;
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ss += static_cast<double>(ref[i]) * ref[i];
-    if (ref[i] > a) {
-      b = a;
-      a = ref[i];
-    } else if (ref[i] > b) {
-      b = ref[i];
-    }
-  }
-  const double rms = std::sqrt(ss / static_cast<double>(std::max<int64_t>(n, 1)));
-  return (static_cast<double>(a) - b) / std::max(rms, 1e-30);
-}
-
 }  // namespace
 
 void FixtureCheckOptions::set_backend_tolerances() {
   if (backend == "cuda") {
     max_rel_l2 = 3e-3;
     min_top1 = 0.99;
-    near_tie_gap = 8 * 3e-3;  // a flip needs an error of the gap's size: ≈ 8× the tolerated rel L2
+    near_tie_gap = kTensorCoreNearTieGap;
   } else {
     max_rel_l2 = 1e-4;
     min_top1 = 1.0;

@@ -19,6 +19,7 @@
 #include "shared/ipc/shm.h"
 #include "shared/model/safetensors.h"
 #include "shared/model/tensor_convert.h"
+#include "shared/sampling/logit_compare.h"
 #include "tests/cuda/support/gpu_test.h"
 
 namespace ft::cuda {
@@ -271,18 +272,9 @@ std::pair<double, double> agreement(const std::vector<float>& want, const std::v
   double kl = 0;
   int same = 0, rows = 0;
   for (size_t r = 0; r + V <= want.size(); r += static_cast<size_t>(V), ++rows) {
-    const float* a = want.data() + r;
-    const float* b = got.data() + r;
-    const double ma = *std::max_element(a, a + V), mb = *std::max_element(b, b + V);
-    double za = 0, zb = 0;
-    for (int64_t i = 0; i < V; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
-    double k = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      const double la = a[i] - ma - std::log(za), lb = b[i] - mb - std::log(zb);
-      k += std::exp(la) * (la - lb);
-    }
-    kl += k;
-    same += argmax(a, V) == argmax(b, V);
+    const LogitAgreement a = compare_logits(want.data() + r, got.data() + r, V);
+    kl += a.kl;
+    same += a.same_top1;
   }
   return {kl / std::max(rows, 1), static_cast<double>(same) / std::max(rows, 1)};
 }
