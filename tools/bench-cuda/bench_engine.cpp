@@ -19,6 +19,7 @@
 
 #include "gpu-worker/backends/cuda/engine/cuda_engine.h"
 #include "gpu-worker/backends/cuda/engine/op_profile.h"
+#include "tools/bench-cuda/profile_table.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/synthetic_model.h"
 #include "tools/bench-cuda/bench_util.h"
@@ -31,6 +32,7 @@ namespace {
 
 using bench::median;
 using bench::parse_list;
+using bench::print_profile;
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -58,14 +60,6 @@ int32_t prefill(Engine& e, uint64_t s, const std::vector<int32_t>& p, int64_t ch
   return r[0].token;
 }
 
-void print_profile(const char* title, OpProfile& prof, double step_ms) {
-  std::printf("\n### %s\n\n| op group | ms | share |\n|---|---|---|\n", title);
-  double sum = 0;
-  for (const auto& [name, ms] : prof.totals()) sum += ms;
-  for (const auto& [name, ms] : prof.totals())
-    std::printf("| %s | %.3f | %.1f%% |\n", name.c_str(), ms, 100.0 * ms / std::max(sum, 1e-9));
-  std::printf("| (sum of groups / step wall time) | %.3f / %.3f | |\n", sum, step_ms);
-}
 
 }  // namespace
 

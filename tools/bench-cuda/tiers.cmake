@@ -3,5 +3,5 @@
 # trace) against bandwidths measured in the same run.
 if(TARGET ft_cuda_engine)
   add_executable(flashtier-bench-tiers ${CMAKE_CURRENT_LIST_DIR}/bench_tiers.cpp)
-  target_link_libraries(flashtier-bench-tiers PRIVATE ft_cuda_engine ft_bench_probe ft_tiers ft_exl3 ft_ipc ft_cew ft_expert_client)
+  target_link_libraries(flashtier-bench-tiers PRIVATE ft_cuda_engine ft_bench_probe ft_tiers ft_exl3 ft_ipc ft_cew ft_expert_client ft_sampling)
 endif()

@@ -274,9 +274,12 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     // Misses split with the CPU tier (tier_split.h). The shared expert runs while the CPU tier
     // computes; it writes O first and the routed sum is added to it: one addition either way
     // round, so the bits equal the unsplit order's.
+    // Profiled: the hand-off is the GPU's idle time while the host reads the routes and splits.
+    op_mark(prof_, "moe tier hand-off", s);
     force_routes(l, experts, N, s);
     const MoeRoutes gpu{split_->split(l, experts, b_.A, N, s), weights, N, static_cast<int>(TK)};
     moe_dispatch(gpu, static_cast<int>(E), d, s);
+    op_mark(prof_, "moe routed experts", s);
     split_->gpu_begin(s);
     exl3_moe_experts(tier_->layer(l), gpu, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
     split_->gpu_end(s);
