@@ -176,6 +176,8 @@ struct Setup {
   int steps = 32, warm = 128;
   int64_t chunk = 8192;  // tokens per prefill step (the engine's max_tokens_per_step)
   std::string mode = "exact";
+  std::string label = "exact";        // the mode as the table names it (fast-eager: fast without decode graphs)
+  bool graphs = true;                 // decode steps from CUDA graphs (a mode's -eager form: off)
   ExpertBackend* cpu_tier = nullptr;  // fast / cpu modes: the CPU tier over the ring
   bool poison_vram = false;           // --poison-vram: engines start on 0xFF bytes
   bool profile = false;               // --profile: one profiled decode step per batch (op groups)
@@ -209,9 +211,10 @@ std::string split_summary(const CudaEngine& e, const std::vector<std::pair<std::
   auto per = [&](const std::string& n) { return (counter(e, n) - was(n)) / layers; };
   char b[320];
   std::snprintf(b, sizeof b,
-                "%.2f / %.2f / %.2f (CPU %.0f µs, GPU %.0f µs, model %.0f µs; rates CPU %.0f + %.0f µs, zero-copy %.0f µs)",
+                "%.2f / %.2f / %.2f (CPU %.0f µs, GPU %.0f µs, GPU waits %.0f µs, model %.0f µs; rates CPU %.0f + %.0f µs, "
+                "zero-copy %.0f µs)",
                 per("tier_cpu_experts"), per("tier_zero_copy_experts"), per("tier_hit_experts"), per("tier_cpu_us"),
-                per("tier_gpu_us"), per("tier_predicted_us"), counter(e, "tier_rate_cpu_expert_ns") / 1e3,
+                per("tier_gpu_us"), per("tier_cpu_wait_us"), per("tier_predicted_us"), counter(e, "tier_rate_cpu_expert_ns") / 1e3,
                 counter(e, "tier_rate_handoff_ns") / 1e3, counter(e, "tier_rate_zero_copy_expert_ns") / 1e3);
   return b;
 }
@@ -231,6 +234,7 @@ CudaEngineOptions engine_options(const Setup& S, int max_seqs, int64_t context, 
   o.admit_per_step = S.admit;
   o.forced_routes = true;
   o.poison_vram = S.poison_vram;
+  o.graphs = S.graphs;
   return o;
 }
 
@@ -527,7 +531,7 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     const double misses = static_cast<double>(after.cache.misses - before.cache.misses);
     Row row;
     row.what = "decode C" + std::to_string(B) + " @" + std::to_string(ctx / 1024) + "k";
-    row.mode = S.mode;
+    row.mode = S.label;
     row.split = split_summary(eng, counters_before);
     row.ms = median(ms);
     row.tok_s = B * 1e3 / row.ms;
@@ -540,6 +544,14 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     row.bound_ms = hbm_ms + row.pcie_gb / miss_rate * 1e3;
     rows.push_back(row);
     print_rows({row});
+    auto since = [&](const char* n) {
+      for (const auto& [k, v] : counters_before)
+        if (k == n) return counter(eng, n) - v;
+      return counter(eng, n);
+    };
+    std::printf("(%llu of the %d timed steps from decode graphs, %llu eager)\n",
+                static_cast<unsigned long long>(since("decode_graph_steps")), S.steps,
+                static_cast<unsigned long long>(since("eager_steps")));
     if (S.profile) {
       // Where a step's time goes on the GPU's clock: the op groups of one more step (eager: the
       // profile's events keep it off the graphs), the tier's hand-off and CPU wait included.
@@ -570,7 +582,7 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     const double misses = static_cast<double>(after.cache.misses - before.cache.misses);
     Row row;
     row.what = "prefill " + std::to_string(P / 1024) + "k";
-    row.mode = S.mode;
+    row.mode = S.label;
     row.ms = ms;
     row.tok_s = P * 1e3 / ms;
     row.hit = hits / std::max(hits + misses, 1.0);
@@ -640,7 +652,8 @@ int main(int argc, char** argv) {
                    "         [--experts 288] [--k 3] [--context 1024] [--long-context 32768 (0: skip)] [--batches 1,2,4,8]\n"
                    "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 16] [--zipf 0.8]\n"
                    "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--segment NAME] [--keep-segment]\n"
-                   "         [--chunk 8192 (prefill tokens per step)] [--modes fast,exact (any of fast, exact, cpu; \"\": none)]\n"
+                   "         [--chunk 8192 (prefill tokens per step)] [--modes fast,exact (any of fast, exact, cpu, each also as\n"
+                   "          MODE-eager: decode steps without CUDA graphs; \"\": none)]\n"
                    "         [--agreement N (the fast-vs-exact panel over N decode positions; 0: off)]\n"
                    "         [--agreement-noise E,... (extra panel passes: the CPU tier's answers ×(1 ± E))]\n"
                    "         [--agreement-exact-again (an extra panel pass: a second exact engine)]\n"
@@ -765,11 +778,14 @@ int main(int argc, char** argv) {
     for (int64_t p : prefills) (p <= 8192 ? short_prefills : long_prefills).push_back(p);
     std::printf("prefill chunk %lld tokens per step\n", static_cast<long long>(S.chunk));
     for (size_t mi = 0; mi < modes.size(); ++mi) {
-      S.mode = modes[mi];
+      S.label = modes[mi];
+      const std::string eager = "-eager";
+      S.graphs = !(S.label.size() > eager.size() && S.label.ends_with(eager));
+      S.mode = S.graphs ? S.label : S.label.substr(0, S.label.size() - eager.size());
       tiers::parse_tier_mode(S.mode);
       // Prefill chunks run exact in every mode (staging), so only the first mode measures them.
       const bool first = mi == 0;
-      std::printf("\n## mode %s\n", S.mode.c_str());
+      std::printf("\n## mode %s\n", S.label.c_str());
       run_engine(S, max_b, std::max<int64_t>(context + S.steps + S.warm + 64,
                                              short_prefills.empty() ? 0 : *std::max_element(short_prefills.begin(),
                                                                                             short_prefills.end()) + 64),

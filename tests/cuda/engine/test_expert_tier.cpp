@@ -6,7 +6,9 @@
 // keep the fixed summation order, and the tier dying costs no request.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <chrono>
+#include <ostream>
 #include <cmath>
 #include <optional>
 #include <thread>
@@ -56,6 +58,56 @@ std::vector<float> trace(CudaEngine& e, int steps, const std::string& which = "c
   }
   e.close(s);
   return out;
+}
+
+// Greedy decode as the product runs it (sampled steps, so decode steps can replay from graphs):
+// the prompt of `which`, then `steps` decode steps; every sampled token with its logprob and top
+// five (as bits: two runs compare exactly).
+struct Greedy {
+  std::vector<int32_t> tokens;
+  std::vector<uint32_t> logprob_bits;
+  bool operator==(const Greedy&) const = default;
+};
+std::ostream& operator<<(std::ostream& os, const Greedy& g) {
+  for (int32_t t : g.tokens) os << t << ' ';
+  return os;
+}
+
+Greedy greedy(CudaEngine& e, const std::string& which, int steps) {
+  const TensorStore ref = TensorStore::open(test::fixture("glm5-tiny-exl3/reference.safetensors"));
+  std::vector<int32_t> prompt;
+  for (int64_t v : to_i64(ref.get(which + ".input_ids"))) prompt.push_back(static_cast<int32_t>(v));
+  SequenceSpec spec;
+  spec.sampling.temperature = 0;
+  spec.logprobs = true;
+  spec.top_logprobs = 5;
+  spec.max_tokens = static_cast<int64_t>(prompt.size()) + steps + 1;
+  const uint64_t s = e.open(spec);
+  Greedy g;
+  auto keep = [&](const StepResult& r) {
+    g.tokens.push_back(r.token);
+    g.logprob_bits.push_back(std::bit_cast<uint32_t>(r.logprob));
+    for (const auto& [t, lp] : r.top) {
+      g.tokens.push_back(t);
+      g.logprob_bits.push_back(std::bit_cast<uint32_t>(lp));
+    }
+  };
+  std::vector<StepResult> r;
+  StepItem it;
+  it.seq = s;
+  it.tokens = prompt;
+  it.sample = true;
+  e.step(std::span<const StepItem>(&it, 1), r);
+  keep(r[0]);
+  int32_t next = r[0].token;
+  for (int k = 0; k < steps; ++k) {
+    const StepItem d = decode_item(s, next);
+    e.step(std::span<const StepItem>(&d, 1), r);
+    keep(r[0]);
+    next = r[0].token;
+  }
+  e.close(s);
+  return g;
 }
 
 class ExpertTierTest : public test::GpuTest {
@@ -208,32 +260,9 @@ TEST_F(ExpertTierTest, DecodeFromGraphsWithTheTier) {
   CudaEngineOptions eo = opts();
   eo.graphs = true;
   CudaEngine resident(load_model(model_dir(), local), nullptr, eo);
-  auto tokens = [](CudaEngine& g) {
-    const TensorStore ref = TensorStore::open(test::fixture("glm5-tiny-exl3/reference.safetensors"));
-    std::vector<int32_t> prompt;
-    for (int64_t v : to_i64(ref.get("case0.input_ids"))) prompt.push_back(static_cast<int32_t>(v));
-    SequenceSpec spec;
-    spec.sampling.temperature = 0;
-    spec.max_tokens = 200;
-    const uint64_t s = g.open(spec);
-    std::vector<StepResult> r;
-    StepItem it;
-    it.seq = s;
-    it.tokens = prompt;
-    it.sample = true;
-    g.step(std::span<const StepItem>(&it, 1), r);
-    std::vector<int32_t> out = {r[0].token};
-    for (int k = 0; k < 20; ++k) {
-      const StepItem d = decode_item(s, out.back());
-      g.step(std::span<const StepItem>(&d, 1), r);
-      out.push_back(r[0].token);
-    }
-    return out;
-  };
-  EXPECT_EQ(tokens(e), tokens(resident));
+  EXPECT_EQ(greedy(e, "case0", 20), greedy(resident, "case0", 20));
   EXPECT_GT(e.graph_steps(), 0u);
 }
-
 
 // The exact CPU tier on the test's segment, answering ring `ring` (as a cpu-expert-worker would).
 struct CpuTier {
@@ -386,6 +415,68 @@ TEST_F(TierSplitTest, CpuTierDeathCostsNoRequestAndTheSplitResumes) {
   EXPECT_EQ(compare(want, again, cfg_.vocab_size).first, 0);
 }
 
+
+// Decode steps replayed from CUDA graphs hand the split to the relay through stream memory
+// operations instead of a host wait: the same split (frozen rates, no cache slots, so it depends
+// on the routes alone) gives the eager steps' tokens and logprobs bit for bit, run after run,
+// and a CPU tier priced out of the split gives the GPU-only bits.
+TEST_F(TierSplitTest, GraphStepsGiveTheEagerSplitsBits) {
+  const ModelWeights without = without_experts();
+  CpuTier tier(seg_name_, ring_, cfg_);
+  auto remote = RemoteExperts::create("shm:" + ring_, RemoteExpertsOptions::for_model(cfg_));
+  for (const auto& [mode, cpu_us] : {std::pair<std::string, double>{"fast", 100}, {"cpu", 100}, {"fast", 1e9}}) {
+    CudaEngineOptions eo = split_opts(mode, cpu_us, 100);
+    eo.expert_cache_bytes = 0;
+    eo.auto_expert_cache = false;
+    CudaEngine eager(without, remote.get(), eo);
+    const Greedy want1 = greedy(eager, "case0", 16), want2 = greedy(eager, "case2", 16);
+    eo.graphs = true;
+    CudaEngine graphed(without, remote.get(), eo);
+    const Greedy got1 = greedy(graphed, "case0", 16), got2 = greedy(graphed, "case2", 16);
+    EXPECT_EQ(got1, want1) << mode << " " << cpu_us;
+    EXPECT_EQ(got2, want2) << mode << " " << cpu_us;
+    EXPECT_GE(graphed.graph_steps(), 30u) << mode;
+    EXPECT_EQ(eager.graph_steps(), 0u);
+    for (const char* c : {"tier_split_layers", "tier_cpu_experts", "tier_zero_copy_experts"})
+      EXPECT_EQ(counter(graphed, c), counter(eager, c)) << mode << " " << c;
+    EXPECT_EQ(counter(graphed, "tier_cpu_failures"), 0u);
+    if (cpu_us < 1e6) {
+      EXPECT_GT(counter(graphed, "tier_cpu_experts"), 0u) << mode;
+    } else {
+      EXPECT_EQ(counter(graphed, "tier_cpu_experts"), 0u);
+      CudaEngineOptions ro = opts();
+      ro.graphs = true;
+      LoadOptions local;
+      local.keep_quantized = true;
+      CudaEngine resident(load_model(model_dir(), local), nullptr, ro);
+      EXPECT_EQ(got1, greedy(resident, "case0", 16));
+    }
+  }
+}
+
+// The CPU tier dies while decode steps replay from graphs: the layer in flight reads the lost
+// picks zero-copy inside the graph, later steps replay the exact-mode graphs, and every token
+// and logprob is the GPU-only one.
+TEST_F(TierSplitTest, CpuTierDeathInsideADecodeGraphCostsNoRequest) {
+  CudaEngineOptions ro = opts();
+  ro.graphs = true;
+  LoadOptions local;
+  local.keep_quantized = true;
+  CudaEngine resident(load_model(model_dir(), local), nullptr, ro);
+  const Greedy want = greedy(resident, "case1", 12);
+  auto tier = std::make_unique<CpuTier>(seg_name_, ring_, cfg_);
+  auto remote = RemoteExperts::create("shm:" + ring_, RemoteExpertsOptions::for_model(cfg_));
+  CudaEngineOptions o = split_opts("cpu", 100, 100);
+  o.graphs = true;
+  CudaEngine e(without_experts(), remote.get(), o);
+  (void)greedy(e, "case0", 4);  // the split's graph is captured and replayed with the tier alive
+  EXPECT_GT(counter(e, "tier_cpu_experts"), 0u);
+  tier->tier->stop();
+  EXPECT_EQ(greedy(e, "case1", 12), want);
+  EXPECT_EQ(counter(e, "tier_cpu_failures"), 1u);
+  EXPECT_EQ(counter(e, "tier_cpu_up"), 0u);
+  EXPECT_GT(e.graph_steps(), 12u);
+}
 
 // The tier agreement panel on tiny-exl3: ≥ 1,000 decode positions, teacher-forced with the
 // GPU-only engine's greedy tokens; a mixed split and every miss on the CPU tier against it.

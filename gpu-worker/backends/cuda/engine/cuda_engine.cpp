@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/stream_memops.h"
 #include "gpu-worker/backends/cuda/engine/decode_graphs.h"
 #include "gpu-worker/backends/cuda/engine/device_model.h"
 #include "gpu-worker/backends/cuda/engine/expert_tier.h"
@@ -59,6 +60,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
     : opts_(o), cfg_(w.cfg), host_experts_(host_experts) {
   dev_ = use_device(o.device);
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  FT_CUDA_CHECK(cudaEventCreateWithFlags(&forward_done_, cudaEventBlockingSync | cudaEventDisableTiming));
   budget_ = std::make_unique<VramBudget>(o.vram_budget_bytes, o.poison_vram);
   if (!experts_present(w) && !host_experts_ && o.expert_segment.empty())
     throw Error("the CUDA engine got a model without routed experts and no expert tier to compute them");
@@ -111,7 +113,11 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
         to.staging_min_rows = o.staging_min_rows;
         to.staging_slots = o.staging_slots;
         tier_ = std::make_unique<GpuExpertTier>(cfg_, std::move(*seg), to, *budget_, stream_);
-        if (mode != tiers::TierMode::Exact && host_experts_) {
+        if (mode != tiers::TierMode::Exact && host_experts_ && !stream_memops_available()) {
+          std::cerr << "cuda engine: --tier-mode " << o.tier_mode
+                    << ": this driver has no stream memory operations to hand misses to the CPU tier; running exact"
+                    << std::endl;
+        } else if (mode != tiers::TierMode::Exact && host_experts_) {
           TierSplitOptions so;
           so.mode = mode;
           so.max_rows = o.split_max_rows;
@@ -165,6 +171,7 @@ CudaEngine::~CudaEngine() {
   split_.reset();
   tier_.reset();
   if (host_rows_) cudaFreeHost(host_rows_);
+  if (forward_done_) cudaEventDestroy(forward_done_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -289,56 +296,71 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
 
   // Prefill staging of the zero-copy experts (large chunks only; never inside a graph).
   if (tier_) tier_->begin_step(plan.rows, stream_);
-  if (split_) split_->begin_step(plan.rows);
+  const bool split = split_ && split_->begin_step(plan.rows);
   const bool graph = opts_.graphs && !profiling_ && !probing_ && fwd_->graph_safe() && decode_rows == plan.rows &&
                      plan.rows <= opts_.max_graph_batch && plan.logit_rows == plan.rows &&
                      std::all_of(items.begin(), items.end(),
                                  [](const StepItem& it) { return it.sample && it.logits == LogitsWanted::None; });
-  if (graph) {
-    graphs_->run(static_cast<int>(plan.rows), stream_, [&](cudaStream_t s) { fwd_->run(plan, s); });
-    ++graph_steps_;
-  } else {
-    fwd_->run(plan, stream_);
-    ++eager_steps_;
-  }
+  // The split's relay serves the step's MoE layers from here until the stream is synchronised;
+  // a step that fails on the way lets the stream finish what it has and stops the relay.
+  if (split) split_->arm(plan.rows);
+  try {
+    if (graph) {
+      graphs_->run(static_cast<int>(plan.rows), split ? 1 : 0, stream_, [&](cudaStream_t s) { fwd_->run(plan, s); });
+      ++graph_steps_;
+    } else {
+      fwd_->run(plan, stream_);
+      ++eager_steps_;
+    }
+    if (split) {
+      // The sampler below synchronises the stream (a spinning wait by default); with the CPU
+      // tier's threads busy through the step, the host sleeps until the forward pass is done.
+      FT_CUDA_CHECK(cudaEventRecord(forward_done_, stream_));
+      FT_CUDA_CHECK(cudaEventSynchronize(forward_done_));
+    }
 
-  // Logits pass by pass (R rows each): sampled rows go to the sampler, requested rows to the host.
-  for (size_t first = 0; first < want.size(); first += static_cast<size_t>(R)) {
-    const size_t n = std::min<size_t>(want.size() - first, static_cast<size_t>(R));
-    if (first > 0) {
-      FT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned row list is rewritten below
-      for (size_t i = 0; i < n; ++i) lrows[i] = want[first + i].row;
-      FT_CUDA_CHECK(cudaMemcpyAsync(b.logit_rows, lrows, n * 4, cudaMemcpyHostToDevice, stream_));
-      fwd_->logits(plan.rows, static_cast<int64_t>(n), stream_);
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const LogitRow& w = want[first + i];
-      if (items[w.item].logits == LogitsWanted::None) continue;
-      std::vector<float>& dst = results[w.item].logits;
-      const size_t at = dst.size();
-      dst.resize(at + static_cast<size_t>(V));
-      FT_CUDA_CHECK(cudaMemcpyAsync(dst.data() + at, b.logits + static_cast<int64_t>(i) * V, V * sizeof(float),
-                                    cudaMemcpyDeviceToHost, stream_));
-    }
-    // Sampled rows, in runs of consecutive logit rows.
-    for (size_t i = 0; i < n;) {
-      if (!want[first + i].sample) {
-        ++i;
-        continue;
+    // Logits pass by pass (R rows each): sampled rows go to the sampler, requested rows to the host.
+    for (size_t first = 0; first < want.size(); first += static_cast<size_t>(R)) {
+      const size_t n = std::min<size_t>(want.size() - first, static_cast<size_t>(R));
+      if (first > 0) {
+        FT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned row list is rewritten below
+        for (size_t i = 0; i < n; ++i) lrows[i] = want[first + i].row;
+        FT_CUDA_CHECK(cudaMemcpyAsync(b.logit_rows, lrows, n * 4, cudaMemcpyHostToDevice, stream_));
+        fwd_->logits(plan.rows, static_cast<int64_t>(n), stream_);
       }
-      size_t j = i;
-      std::vector<int> slots;
-      std::vector<StepResult*> outs;
-      while (j < n && want[first + j].sample) {
-        slots.push_back(seqs_.at(items[want[first + j].item].seq)->slot);
-        outs.push_back(&results[want[first + j].item]);
-        ++j;
+      for (size_t i = 0; i < n; ++i) {
+        const LogitRow& w = want[first + i];
+        if (items[w.item].logits == LogitsWanted::None) continue;
+        std::vector<float>& dst = results[w.item].logits;
+        const size_t at = dst.size();
+        dst.resize(at + static_cast<size_t>(V));
+        FT_CUDA_CHECK(cudaMemcpyAsync(dst.data() + at, b.logits + static_cast<int64_t>(i) * V, V * sizeof(float),
+                                      cudaMemcpyDeviceToHost, stream_));
       }
-      sampler_->sample(b.logits + static_cast<int64_t>(i) * V, slots, outs, stream_);
-      i = j;
+      // Sampled rows, in runs of consecutive logit rows.
+      for (size_t i = 0; i < n;) {
+        if (!want[first + i].sample) {
+          ++i;
+          continue;
+        }
+        size_t j = i;
+        std::vector<int> slots;
+        std::vector<StepResult*> outs;
+        while (j < n && want[first + j].sample) {
+          slots.push_back(seqs_.at(items[want[first + j].item].seq)->slot);
+          outs.push_back(&results[want[first + j].item]);
+          ++j;
+        }
+        sampler_->sample(b.logits + static_cast<int64_t>(i) * V, slots, outs, stream_);
+        i = j;
+      }
     }
+    FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    if (split) split_->abandon(stream_);
+    throw;
   }
-  FT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (split) split_->end_step();
   for (size_t i : order) seqs_.at(items[i].seq)->length += static_cast<int64_t>(items[i].tokens.size());
   // Cache upkeep from this step's picks; large prefill chunks admit nothing (they touch almost
   // every expert once and would flush the hot set).

@@ -114,6 +114,9 @@ class CudaEngine final : public Engine {
   DeviceInfo dev_;
   ExpertBackend* host_experts_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  // Recorded after a split step's forward pass: the host sleeps on it (blocking sync) instead of
+  // spinning through the step beside the CPU tier's threads.
+  cudaEvent_t forward_done_ = nullptr;
   std::unique_ptr<VramBudget> budget_;
   std::unique_ptr<DeviceModel> model_;
   std::unique_ptr<SequencePool> pool_;

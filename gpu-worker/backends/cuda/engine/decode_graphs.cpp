@@ -5,11 +5,12 @@
 namespace ft::cuda {
 
 DecodeGraphs::~DecodeGraphs() {
-  for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
 }
 
-void DecodeGraphs::run(int b, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches) {
-  auto it = graphs_.find(b);
+void DecodeGraphs::run(int b, int variant, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches) {
+  const std::pair<int, int> key{b, variant};
+  auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     size_t free_before = 0, free_after = 0, total = 0;
     FT_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -34,7 +35,7 @@ void DecodeGraphs::run(int b, cudaStream_t stream, const std::function<void(cuda
     FT_CUDA_CHECK(cudaStreamSynchronize(stream));
     FT_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
     if (free_before > free_after) budget_.charge(VramCategory::Graphs, static_cast<int64_t>(free_before - free_after));
-    it = graphs_.emplace(b, exec).first;
+    it = graphs_.emplace(key, exec).first;
   }
   FT_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
 }

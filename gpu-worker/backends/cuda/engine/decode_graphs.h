@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <utility>
 
 #include "gpu-worker/backends/cuda/core/vram.h"
 
@@ -21,12 +22,13 @@ class DecodeGraphs {
 
   // Replays the graph for batch size b on `stream`, capturing `launches(stream)` first if none
   // exists yet. The launches must be pure (no synchronisation, no host reads of device data).
-  void run(int b, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches);
+  // `variant` tells apart steps of one size whose launches differ (the tier split's exchanges).
+  void run(int b, int variant, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches);
   size_t size() const { return graphs_.size(); }
 
  private:
   VramBudget& budget_;
-  std::map<int, cudaGraphExec_t> graphs_;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace ft::cuda

@@ -271,27 +271,26 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     op_mark(prof_, "moe dispatch + combine", s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
   } else if (tier_ && split_ && split_->active()) {
-    // Misses split with the CPU tier (tier_split.h). The shared expert runs while the CPU tier
-    // computes; it writes O first and the routed sum is added to it: one addition either way
-    // round, so the bits equal the unsplit order's.
-    // Profiled: the hand-off is the GPU's idle time while the host reads the routes and splits.
+    // Misses split with the CPU tier (tier_split.h): the host splits while the shared expert
+    // runs. The shared expert writes O first and the routed sum is added to it: one addition
+    // either way round, so the bits equal the unsplit order's.
+    // Profiled: the hand-off is the GPU's wait for the split beyond the shared expert's time.
     op_mark(prof_, "moe tier hand-off", s);
     force_routes(l, experts, N, s);
-    const MoeRoutes gpu{split_->split(l, experts, b_.A, N, s), weights, N, static_cast<int>(TK)};
+    split_->post(l, experts, b_.A, N, s);
+    mlp(m.shared, N, b_.O, LinearStore::Overwrite, "moe shared expert", s);
+    op_mark(prof_, "moe tier hand-off", s);
+    const MoeRoutes gpu{split_->await_split(s), weights, N, static_cast<int>(TK)};
     moe_dispatch(gpu, static_cast<int>(E), d, s);
     op_mark(prof_, "moe routed experts", s);
     split_->gpu_begin(s);
     exl3_moe_experts(tier_->layer(l), gpu, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
     split_->gpu_end(s);
-    mlp(m.shared, N, b_.O, LinearStore::Overwrite, "moe shared expert", s);
     op_mark(prof_, "moe CPU tier wait", s);
-    if (const int32_t* lost = split_->finish(Y, s)) {
-      // The CPU tier failed: its picks read zero-copy instead.
-      const MoeRoutes back{lost, weights, N, static_cast<int>(TK)};
-      moe_dispatch(back, static_cast<int>(E), d, s);
-      exl3_moe_experts(tier_->layer(l), back, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(),
-                       s);
-    }
+    // The picks of a CPU tier that failed mid-layer (none otherwise) read zero-copy.
+    const MoeRoutes lost{split_->await_cpu(Y, s), weights, N, static_cast<int>(TK)};
+    moe_dispatch(lost, static_cast<int>(E), d, s);
+    exl3_moe_experts(tier_->layer(l), lost, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
     op_mark(prof_, "moe dispatch + combine", s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Accumulate, s);
     return;

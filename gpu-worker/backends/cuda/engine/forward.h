@@ -46,7 +46,8 @@ class ForwardPass {
   // Routed experts read from the cpu-expert-worker's segment (zero-copy + VRAM cache) instead of
   // the host round trip; null: none.
   void set_expert_tier(GpuExpertTier* t) { tier_ = t; }
-  // Fast / cpu tier modes: the tier's misses split with the CPU tier in the steps it is active.
+  // Fast / cpu tier modes: the tier's misses split with the CPU tier in the steps it is active
+  // (armed by the engine before the step's launches).
   void set_tier_split(CpuTierSplit* s) { split_ = s; }
 
   // Embedding → layers → final norm + lm_head of the logit rows (into StepBuffers::logits).
@@ -55,8 +56,9 @@ class ForwardPass {
   // rows did not all fit).
   void logits(int64_t rows, int64_t n, cudaStream_t stream);
 
-  // Decode graphs need steps without host round trips: none to the CPU tier, no split.
-  bool graph_safe() const { return (host_experts_ == nullptr || tier_ != nullptr) && !(split_ && split_->active()); }
+  // Decode graphs need steps without host round trips: none to the CPU tier (the split's
+  // exchanges with its relay are stream memory operations, which graphs hold).
+  bool graph_safe() const { return host_experts_ == nullptr || tier_ != nullptr; }
   // Events around each op group of eager steps (benchmarks); null: none.
   void set_profile(OpProfile* p) { prof_ = p; }
   // Tests: called (on the host, while enqueuing) after each layer with the step's buffers: the

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/stream_memops.h"
 #include "gpu-worker/backends/cuda/exl3/moe.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "shared/core/error.h"
@@ -48,47 +49,51 @@ CpuTierSplit::CpuTierSplit(const ModelConfig& c, GpuExpertTier& tier, ExpertBack
       o_(o),
       E_(static_cast<int>(c.n_routed_experts)),
       TK_(static_cast<int>(c.num_experts_per_tok)),
+      n_moe_(static_cast<int>(c.moe_layer_count())),
       D_(c.hidden_size),
       rates_(o.rates),
-      start_rates_(o.rates) {
+      start_rates_(o.rates),
+      hs_(static_cast<int>(c.moe_layer_count())) {
   if (o_.mode == tiers::TierMode::Exact) throw Error("the tier split runs in fast or cpu mode only");
+  if (!stream_memops_available()) throw Error("the tier split needs stream memory operations, which this driver lacks");
   o_.max_rows = std::max<int64_t>(o_.max_rows, 1);
+  layer_of_moe_.assign(static_cast<size_t>(n_moe_), -1);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (tier_.moe_index(l) >= 0) layer_of_moe_.at(static_cast<size_t>(tier_.moe_index(l))) = l;
   // Room for the calibration's 2-token steps too.
   const size_t P = static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)) * TK_;
   picks_h_ = pinned<int32_t>(P, false);
-  lost_h_ = pinned<int32_t>(P, false);
-  x_h_ = pinned<float>(static_cast<size_t>(o_.max_rows) * D_, false);
+  lost_h_ = pinned<int32_t>(P, true);
+  x_h_ = pinned<float>(static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)) * D_, false);
   y_h_ = pinned<float>(P * D_, true);
   place_h_ = pinned<int32_t>(P, true);
   picks_d_ = DeviceArray<int32_t>(budget, P, VramCategory::Workspace, "tier split picks");
-  lost_d_ = DeviceArray<int32_t>(budget, P, VramCategory::Workspace, "tier split fallback picks");
+  lost_d_ = device_alias(lost_h_);
   y_d_ = device_alias(y_h_);
   place_d_ = device_alias(place_h_);
-  records_.resize(static_cast<size_t>(c.moe_layer_count()));
+  records_.resize(static_cast<size_t>(n_moe_));
   rows_.resize(static_cast<size_t>(E_));
   on_cpu_.resize(static_cast<size_t>(E_));
-  for (LayerRecord& r : records_) {
-    FT_CUDA_CHECK(cudaEventCreate(&r.begin));
-    FT_CUDA_CHECK(cudaEventCreate(&r.end));
-  }
-  helper_ = std::make_unique<HelperThread>();
+  for (LayerRecord& r : records_)
+    for (cudaEvent_t* e : {&r.begin, &r.end, &r.arrived}) FT_CUDA_CHECK(cudaEventCreate(e));
+  relay_ = std::make_unique<HelperThread>();
   if (o_.calibrate) calibrate(budget, s);
   rates_ = tiers::SplitRates(start_rates_);
   rates_.freeze(o_.freeze_rates);
 }
 
 CpuTierSplit::~CpuTierSplit() {
-  if (cpu_started_) {
+  if (armed_) {
+    stop_ = true;
     try {
-      helper_->wait();
+      relay_->wait();
     } catch (...) {
     }
   }
-  helper_.reset();
-  for (LayerRecord& r : records_) {
-    if (r.begin) cudaEventDestroy(r.begin);
-    if (r.end) cudaEventDestroy(r.end);
-  }
+  relay_.reset();
+  for (LayerRecord& r : records_)
+    for (cudaEvent_t e : {r.begin, r.end, r.arrived})
+      if (e) cudaEventDestroy(e);
   for (void* p : {static_cast<void*>(picks_h_), static_cast<void*>(lost_h_), static_cast<void*>(x_h_),
                   static_cast<void*>(y_h_), static_cast<void*>(place_h_)})
     if (p) cudaFreeHost(p);
@@ -202,7 +207,6 @@ void CpuTierSplit::calibrate(VramBudget& budget, cudaStream_t s) {
 }
 
 bool CpuTierSplit::begin_step(int64_t rows) {
-  step_layers_.clear();
   active_ = false;
   if (rows > o_.max_rows || tier_.staged()) return false;
   if (!cpu_up_) {
@@ -224,18 +228,46 @@ void CpuTierSplit::cpu_failed() {
   ++st_.failures;
 }
 
-const int32_t* CpuTierSplit::split(int64_t layer, const int32_t* experts, const float* x, int64_t n, cudaStream_t s) {
-  if (n > o_.max_rows) throw Error("tier split: " + std::to_string(n) + " rows exceed " + std::to_string(o_.max_rows));
-  layer_ = layer;
-  n_cpu_ = 0;
-  cpu_started_ = false;
-  const int moe = tier_.moe_index(layer);
-  const int64_t P = n * TK_;
-  int32_t* route_h = tier_.route_buffer(layer);
-  FT_CUDA_CHECK(cudaMemcpyAsync(route_h, experts, P * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-  FT_CUDA_CHECK(cudaMemcpyAsync(x_h_, x, n * D_ * sizeof(float), cudaMemcpyDeviceToHost, s));
-  FT_CUDA_CHECK(cudaStreamSynchronize(s));
+void CpuTierSplit::arm(int64_t rows) {
+  if (!active_ || armed_ || rows > o_.max_rows)
+    throw Error("tier split: arm(" + std::to_string(rows) + ") outside an active step");
+  step_rows_ = rows;
+  served_.clear();
+  stop_ = false;
+  armed_ = true;
+  relay_->start([this] { relay(); });
+}
 
+void CpuTierSplit::end_step() {
+  if (!armed_) return;
+  armed_ = false;
+  relay_->wait();  // the stream passed every Done: the relay is past its last layer
+}
+
+void CpuTierSplit::abandon(cudaStream_t s) noexcept {
+  if (!armed_) return;
+  armed_ = false;
+  // What was enqueued runs to its end, the relay serving each layer it posts; then the relay stops
+  // waiting for layers that will not come, and flags a partly enqueued layer left set are cleared.
+  (void)cudaStreamSynchronize(s);
+  stop_ = true;
+  try {
+    relay_->wait();
+  } catch (...) {
+  }
+  stop_ = false;
+  hs_.reset();
+  served_.clear();
+}
+
+void CpuTierSplit::relay() {
+  for (int moe = 0; moe < n_moe_; ++moe) {
+    if (!hs_.wait_posted(moe, stop_)) return;
+    serve_layer(moe);
+  }
+}
+
+void CpuTierSplit::split_layer(int moe, const int32_t* route_h, int64_t P) {
   std::vector<int>& rows = rows_;
   std::fill(rows.begin(), rows.end(), 0);
   for (int64_t p = 0; p < P; ++p)
@@ -264,26 +296,28 @@ const int32_t* CpuTierSplit::split(int64_t layer, const int32_t* experts, const 
   }
   std::vector<uint8_t>& on_cpu = on_cpu_;
   std::fill(on_cpu.begin(), on_cpu.end(), 0);
-  int cpu_extra = 0, zc_extra = 0;
-  for (int e : sp.cpu) on_cpu[e] = 1, cpu_extra += rows[e] - 1;
+  int zc_extra = 0;
+  cpu_extra_ = 0;
+  for (int e : sp.cpu) on_cpu[e] = 1, cpu_extra_ += rows[e] - 1;
   for (int e : sp.zero_copy) zc_extra += rows[e] - 1;
+  cpu_experts_ = static_cast<int>(sp.cpu.size());
   req_x_.resize(static_cast<size_t>(P) * D_);
   req_routes_.resize(static_cast<size_t>(P));
+  int n = 0;
   for (int64_t p = 0; p < P; ++p) {
     const int32_t e = route_h[p];
     const bool c = e >= 0 && e < E_ && on_cpu[e];
     picks_h_[p] = c ? -1 : e;
-    lost_h_[p] = c ? e : -1;
     if (!c) continue;
     // One request row per pick, weight 1: the answer row is the expert's output alone.
-    std::copy_n(x_h_ + (p / TK_) * D_, D_, req_x_.data() + static_cast<int64_t>(n_cpu_) * D_);
-    Routing& r = req_routes_[static_cast<size_t>(n_cpu_)];
+    std::copy_n(x_h_ + (p / TK_) * D_, D_, req_x_.data() + static_cast<int64_t>(n) * D_);
+    Routing& r = req_routes_[static_cast<size_t>(n)];
     r.experts.assign(1, e);
     r.weights.assign(1, 1.0f);
-    place_h_[n_cpu_++] = static_cast<int32_t>(p);
+    req_place_.push_back(static_cast<int32_t>(p));
+    ++n;
   }
-  req_routes_.resize(static_cast<size_t>(n_cpu_));
-  FT_CUDA_CHECK(cudaMemcpyAsync(picks_d_.get(), picks_h_, P * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  req_routes_.resize(static_cast<size_t>(n));
 
   ++st_.layers;
   st_.cpu_experts += sp.cpu.size();
@@ -294,58 +328,103 @@ const int32_t* CpuTierSplit::split(int64_t layer, const int32_t* experts, const 
   rec.hits = hits;
   rec.zero_copy = static_cast<int>(sp.zero_copy.size());
   rec.extra_rows = zc_extra;
-  if (n_cpu_ > 0) {
-    const int n_req = n_cpu_, n_experts = static_cast<int>(sp.cpu.size());
-    queued_ = clk::now();
-    cpu_started_ = true;
-    helper_->start([this, layer, n_req, n_experts, cpu_extra] {
-      // The GPU's operand rounding: the CPU share sums as the GPU's would (to accumulation order).
-      cpu_.compute(layer, req_x_.data(), n_req, req_routes_, y_h_, exl3::Operands::F16Rows);
-      cpu_call_us_ = us_since(queued_);
-      rates_.observe_cpu(n_experts, cpu_extra, cpu_call_us_);
-    });
+}
+
+void CpuTierSplit::serve_layer(int moe) {
+  const int64_t layer = layer_of_moe_[static_cast<size_t>(moe)];
+  const int64_t P = step_rows_ * TK_;
+  const int32_t* route_h = tier_.route_buffer(layer);
+  std::fill_n(lost_h_, P, -1);
+  req_place_.clear();
+  req_routes_.clear();
+  try {
+    split_layer(moe, route_h, P);
+  } catch (const std::exception& e) {
+    // The stream waits for Ready whatever happens here: the GPU takes every pick.
+    std::cerr << "cuda engine: tier split of layer " << layer << " failed (" << e.what()
+              << "); the GPU computes its misses" << std::endl;
+    std::copy_n(route_h, P, picks_h_);
+    req_place_.clear();
+    req_routes_.clear();
   }
+  hs_.signal(moe, LayerHandshake::Ready);
+  int64_t answered = static_cast<int64_t>(req_routes_.size());
+  if (answered > 0) {
+    const auto t0 = clk::now();
+    try {
+      // The GPU's operand rounding: the CPU share sums as the GPU's would (to accumulation order).
+      cpu_.compute(layer, req_x_.data(), answered, req_routes_, y_h_, exl3::Operands::F16Rows);
+      const double us = us_since(t0);
+      st_.cpu_us += us;
+      rates_.observe_cpu(cpu_experts_, cpu_extra_, us);
+    } catch (const std::exception& e) {
+      std::cerr << "cuda engine: the CPU expert tier failed mid-step (" << e.what()
+                << "); its experts are read zero-copy, and misses stay on the GPU until it answers again" << std::endl;
+      cpu_failed();
+      for (int64_t i = 0; i < answered; ++i) lost_h_[req_place_[static_cast<size_t>(i)]] = req_routes_[static_cast<size_t>(i)].experts[0];
+      answered = 0;
+    }
+  }
+  for (int64_t i = 0; i < P; ++i) place_h_[i] = i < answered ? req_place_[static_cast<size_t>(i)] : -1;
+  hs_.signal(moe, LayerHandshake::Done);
+  served_.push_back(moe);
+}
+
+void CpuTierSplit::post(int64_t layer, const int32_t* experts, const float* x, int64_t n, cudaStream_t s) {
+  if (!armed_ || n != step_rows_)
+    throw Error("tier split: layer " + std::to_string(layer) + " posted " + std::to_string(n) +
+                " rows outside an armed step of " + std::to_string(step_rows_));
+  layer_ = layer;
+  n_ = n;
+  FT_CUDA_CHECK(cudaMemcpyAsync(tier_.route_buffer(layer), experts, n * TK_ * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  FT_CUDA_CHECK(cudaMemcpyAsync(x_h_, x, n * D_ * sizeof(float), cudaMemcpyDeviceToHost, s));
+  hs_.post(tier_.moe_index(layer), s);
+}
+
+const int32_t* CpuTierSplit::await_split(cudaStream_t s) {
+  hs_.await(tier_.moe_index(layer_), LayerHandshake::Ready, s);
+  FT_CUDA_CHECK(cudaMemcpyAsync(picks_d_.get(), picks_h_, n_ * TK_ * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   return picks_d_.get();
 }
 
+// External records: inside a capture they become event nodes of the graph, recorded each replay.
 void CpuTierSplit::gpu_begin(cudaStream_t s) {
-  FT_CUDA_CHECK(cudaEventRecord(records_[static_cast<size_t>(tier_.moe_index(layer_))].begin, s));
+  FT_CUDA_CHECK(cudaEventRecordWithFlags(records_[static_cast<size_t>(tier_.moe_index(layer_))].begin, s,
+                                         cudaEventRecordExternal));
 }
 
 void CpuTierSplit::gpu_end(cudaStream_t s) {
-  const int moe = tier_.moe_index(layer_);
-  FT_CUDA_CHECK(cudaEventRecord(records_[static_cast<size_t>(moe)].end, s));
-  step_layers_.push_back(moe);
+  FT_CUDA_CHECK(cudaEventRecordWithFlags(records_[static_cast<size_t>(tier_.moe_index(layer_))].end, s,
+                                         cudaEventRecordExternal));
 }
 
-const int32_t* CpuTierSplit::finish(float* Y, cudaStream_t s) {
-  if (!cpu_started_) return nullptr;
-  cpu_started_ = false;
-  const auto t0 = clk::now();
-  try {
-    helper_->wait();
-  } catch (const std::exception& e) {
-    std::cerr << "cuda engine: the CPU expert tier failed mid-step (" << e.what()
-              << "); its experts are read zero-copy, and misses stay on the GPU until it answers again" << std::endl;
-    cpu_failed();
-    FT_CUDA_CHECK(cudaMemcpyAsync(lost_d_.get(), lost_h_, picks_d_.bytes(), cudaMemcpyHostToDevice, s));
-    return lost_d_.get();
-  }
-  st_.wait_us += us_since(t0);
-  st_.cpu_us += cpu_call_us_;
-  moe_place_rows(y_d_, place_d_, n_cpu_, D_, Y, s);
-  return nullptr;
+const int32_t* CpuTierSplit::await_cpu(float* Y, cudaStream_t s) {
+  const int moe = tier_.moe_index(layer_);
+  hs_.await(moe, LayerHandshake::Done, s);
+  FT_CUDA_CHECK(cudaEventRecordWithFlags(records_[static_cast<size_t>(moe)].arrived, s, cudaEventRecordExternal));
+  // One CTA per possible answer row; rows past the last answer are −1 and skipped.
+  moe_place_rows(y_d_, place_d_, n_ * TK_, D_, Y, s);
+  // Read where they are: the dispatch reads them once, and the grouped kernel only the picks of
+  // a failed call (none otherwise).
+  return lost_d_;
 }
 
 void CpuTierSplit::after_step() {
-  for (int moe : step_layers_) {
+  for (int moe : served_) {
     const LayerRecord& r = records_[static_cast<size_t>(moe)];
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, r.begin, r.end) != cudaSuccess) continue;
+    float ms = 0, wait = 0;
+    if (cudaEventElapsedTime(&ms, r.begin, r.end) != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (!timing_warned_) std::cerr << "cuda engine: the tier split's GPU timings are unavailable" << std::endl;
+      timing_warned_ = true;
+      continue;
+    }
     st_.gpu_us += 1e3 * ms;
     rates_.observe_gpu(r.hits, r.zero_copy, r.extra_rows, 1e3 * ms);
+    if (cudaEventElapsedTime(&wait, r.end, r.arrived) == cudaSuccess) st_.wait_us += 1e3 * wait;
+    else (void)cudaGetLastError();
   }
-  step_layers_.clear();
+  served_.clear();
 }
 
 TierSplitStats CpuTierSplit::stats() const {

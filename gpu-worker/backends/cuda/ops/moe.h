@@ -52,6 +52,7 @@ void moe_combine(const float* Y, const float* weight, int64_t n, int top_k, int6
 // Y[pick[i]] = rows[i] for i < n (rows [n, D], Y rows D floats apart): picks computed elsewhere
 // (the CPU expert tier's answers; rows and pick may be mapped pinned host memory) put into the
 // pick-ordered expert outputs, so moe_combine adds them in the same fixed order as the GPU's own.
+// Rows whose pick is negative are skipped.
 void moe_place_rows(const float* rows, const int32_t* pick, int64_t n, int64_t D, float* Y, cudaStream_t stream);
 
 // One expert in VRAM, dense fp16 (gate, up: [I, D]; down: [D, I]), as prepare_linear_f16 lays

@@ -123,12 +123,15 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* Y, const 
   }
 }
 
-// One CTA per placed row; rows may be mapped host memory (the CPU tier's answers).
+// One CTA per placed row; rows may be mapped host memory (the CPU tier's answers). A row whose
+// pick is negative is skipped (a graph launches one CTA for every row there could be).
 __global__ void __launch_bounds__(256) moe_place_rows_kernel(const float* rows, const int32_t* pick, int64_t D,
                                                              float* Y) {
   const int64_t i = blockIdx.x;
+  const int32_t p = pick[i];
+  if (p < 0) return;
   const float* src = rows + i * D;
-  float* dst = Y + static_cast<int64_t>(pick[i]) * D;
+  float* dst = Y + static_cast<int64_t>(p) * D;
   for (int64_t c = threadIdx.x; c < D; c += blockDim.x) dst[c] = src[c];
 }
 

@@ -1,0 +1,24 @@
+#pragma once
+// Stream memory operations (the driver's cuStreamWriteValue32 / cuStreamWaitValue32): a stream
+// writes a flag, or waits until a flag holds a value, in memory the host sees — without a host
+// thread waiting on the stream. Both are captured into CUDA graphs (batch memory-op nodes), which
+// is what lets a decode graph hand work to a host thread and wait for its answer mid-step.
+//
+// The runtime is linked, not the driver library: the two entry points are looked up once through
+// cudaGetDriverEntryPointByVersion. Addresses are device addresses (the device alias of mapped
+// pinned host memory, or device memory).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ft::cuda {
+
+// Whether this driver exposes both operations (CUDA 11.7+ drivers always do).
+bool stream_memops_available();
+// *addr ← value once the work before it on `s` is done; preceded by a memory fence, so writes of
+// that work (kernels, copies into host memory) are visible before the flag is.
+void stream_write_u32(cudaStream_t s, uint32_t* addr, uint32_t value);
+// Work after it on `s` starts once *addr == value.
+void stream_wait_u32(cudaStream_t s, const uint32_t* addr, uint32_t value);
+
+}  // namespace ft::cuda
