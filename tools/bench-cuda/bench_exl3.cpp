@@ -268,6 +268,9 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
     return 1e3 * bench::graph_ms_per_call(call, calls, 3, cs);
   };
   const bool pdl_here = B.arch >= 90;
+  // The plain columns without programmatic launch, the programmatic ones with it at every row
+  // count (the engine's default, Auto, is the programmatic column at one row, the plain above).
+  exl3_set_programmatic_launch(Exl3Programmatic::Off);
   std::vector<GemvRow> rows;
   for (const Shape& s : shapes)
     for (int K : {2, 3, 4}) {
@@ -290,10 +293,10 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
         const double g_us = graph_us(calls, on);
         double p_us = 0, pg_us = 0;
         if (pdl_here) {
-          exl3_set_programmatic_launch(true);
+          exl3_set_programmatic_launch(Exl3Programmatic::On);
           p_us = tm.us_per_call(calls, [&](int i) { exl3_linear(L[i % copies], x, s.in, batch, y, s.out, ws, nullptr); });
           pg_us = graph_us(calls, on);
-          exl3_set_programmatic_launch(false);
+          exl3_set_programmatic_launch(Exl3Programmatic::Off);
         }
         const SassCount sc_ipw = sass_ipw(B.sass, K, L[0].in_p / L[0].k_chunk > 1 && L[0].out_p / 128 < 256);
         GemvRow r;
@@ -314,6 +317,7 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
       }
       FT_CUDA_CHECK(cudaFree(ws));
     }
+  exl3_set_programmatic_launch(Exl3Programmatic::Auto);
   FT_CUDA_CHECK(cudaStreamDestroy(cs));
   FT_CUDA_CHECK(cudaFree(pool));
   FT_CUDA_CHECK(cudaFree(sc));

@@ -644,7 +644,8 @@ int main(int argc, char** argv) {
     }
     else if (a == "--poison-vram") S.poison_vram = true;
     else if (a == "--profile") S.profile = true;
-    else if (a == "--programmatic-launch") exl3_set_programmatic_launch(true);
+    else if (a == "--programmatic-launch") exl3_set_programmatic_launch(Exl3Programmatic::On);
+    else if (a == "--no-programmatic-launch") exl3_set_programmatic_launch(Exl3Programmatic::Off);
     else if (a == "--modes") modes = bench::split_list(next());
     else {
       std::fprintf(stderr,
@@ -660,7 +661,8 @@ int main(int argc, char** argv) {
                    "         [--agreement-passes P,... (more panel passes, each a new engine: exact, exact-nocache, fast, noise:E)]\n"
                    "         [--poison-vram (every engine's allocations start as 0xFF bytes, not fresh memory)]\n"
                    "         [--profile (one profiled decode step per batch: op groups on the GPU clock, tier hand-off and wait)]\n"
-                   "         [--programmatic-launch (EXL3 linears with programmatic dependent launch, sm_90+)]\n"
+                   "         [--programmatic-launch | --no-programmatic-launch (EXL3 linears with programmatic dependent\n"
+                   "          launch at every row count or at none, sm_90+; default: one-row calls)]\n"
 );
       return 2;
     }

@@ -220,9 +220,9 @@ TEST(Exl3GpuLinearReal, ProgrammaticLaunchGivesTheSameBits) {
       for (size_t i = 0; i < shapes.size(); ++i)
         cuda::exl3_linear(g[i]->lin.dev(), x[i].get(), shapes[i].in, rows, y[i].get(), shapes[i].out, ws.get(), s);
     };
-    cuda::exl3_set_programmatic_launch(false);
+    cuda::exl3_set_programmatic_launch(cuda::Exl3Programmatic::Off);
     all(y_plain);
-    cuda::exl3_set_programmatic_launch(true);
+    cuda::exl3_set_programmatic_launch(cuda::Exl3Programmatic::On);
     all(y_pdl);
     cudaGraph_t graph;
     ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
@@ -234,7 +234,7 @@ TEST(Exl3GpuLinearReal, ProgrammaticLaunchGivesTheSameBits) {
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    cuda::exl3_set_programmatic_launch(false);
+    cuda::exl3_set_programmatic_launch(cuda::Exl3Programmatic::Auto);
     for (size_t i = 0; i < shapes.size(); ++i) {
       const std::vector<float> a = y_plain[i].download(), b = y_pdl[i].download(), c = y_graph[i].download();
       EXPECT_EQ(bit_mismatches(a.data(), b.data(), a.size()), 0u) << shapes[i].in << "→" << shapes[i].out << " rows " << rows;

@@ -77,9 +77,12 @@ Exl3LinearDev exl3_linear_view(int K, ft::exl3::Codebook cb, int64_t in, int64_t
 
 // Programmatic dependent launch (sm_90 and later; nothing changes below): the skinny kernel of
 // each exl3_linear starts while its input transform runs and copies its first trellis stages
-// before it waits for that input, hiding its launch and first memory latency. Off by default
-// until measured (flashtier-bench-exl3 runs both); results are the same bits either way.
-void exl3_set_programmatic_launch(bool on);
+// before it waits for that input, hiding its launch and first memory latency. Results are the
+// same bits either way. Auto (the default) uses it for one-row calls, where it measured faster on
+// every shape (docs/perf.md, session 11: 1.4–1.8 µs per call from a graph); at 8 rows it loses on
+// the wide shapes. flashtier-bench-exl3 times Off and On.
+enum class Exl3Programmatic { Off = 0, Auto = 1, On = 2 };
+void exl3_set_programmatic_launch(Exl3Programmatic policy);
 
 // Scratch of exl3_linear for up to max_rows rows (bytes, 256-aligned pieces inside). Before its
 // first use a workspace must be zeroed once (exl3_linear_workspace_init); the kernels leave their

@@ -10,7 +10,7 @@ namespace ft::cuda::exl3dev {
 
 namespace {
 
-std::atomic<bool> g_programmatic{false};
+std::atomic<int> g_programmatic{1};  // Exl3Programmatic::Auto
 
 // `Attr` of the current device, queried once per device (attributes are never 0 here).
 template <cudaDeviceAttr Attr>
@@ -30,12 +30,13 @@ int current_device_attribute() {
 
 }  // namespace
 
-bool programmatic_launch() {
-  return g_programmatic.load(std::memory_order_relaxed) &&
-         current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
+bool programmatic_launch(int64_t rows) {
+  const int policy = g_programmatic.load(std::memory_order_relaxed);
+  const bool want = policy == 2 || (policy == 1 && rows == 1);  // On, or Auto at one row
+  return want && current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
 }
 
-void set_programmatic_launch(bool on) { g_programmatic.store(on, std::memory_order_relaxed); }
+void set_programmatic_launch(int policy) { g_programmatic.store(policy, std::memory_order_relaxed); }
 
 int sm_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }
 

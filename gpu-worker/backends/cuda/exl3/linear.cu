@@ -71,7 +71,7 @@ void launch_gemv_k(int K, int cb, const GemvLaunch& l, const LinearArgs& a, cuda
 
 }  // namespace
 
-void exl3_set_programmatic_launch(bool on) { exl3dev::set_programmatic_launch(on); }
+void exl3_set_programmatic_launch(Exl3Programmatic policy) { exl3dev::set_programmatic_launch(static_cast<int>(policy)); }
 
 int exl3_k_chunk(int64_t in_p, int64_t out_p) {
   if (in_p <= 0 || out_p <= 0 || in_p % 128 || out_p % 128)
@@ -158,7 +158,7 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   l.split = rows <= 32 && a.chunks > 1 && a.nblk * a.nrb < kSplitMaxItems;
   const int64_t items = static_cast<int64_t>(a.nrb) * a.nblk * (l.split ? a.chunks : 1);
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
-  l.programmatic = !l.gemm && exl3dev::programmatic_launch();
+  l.programmatic = !l.gemm && exl3dev::programmatic_launch(rows);
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);
 }
 
