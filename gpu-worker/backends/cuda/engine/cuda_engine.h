@@ -70,7 +70,7 @@ struct CudaEngineOptions {
   // Prefill staging (expert_tier.h): chunks of at least this many rows copy their layers'
   // non-resident experts into borrowed cache slots one layer ahead.
   int64_t staging_min_rows = 512;
-  int staging_slots = -1;           // −1: two MoE layers' worth, at most half the cache; 0: off
+  int staging_slots = -1;           // −1: two MoE layers' worth, at most 3/4 of the cache; 0: off
 };
 
 class CudaEngine final : public Engine {

@@ -74,7 +74,12 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&tables_written_, cudaEventDisableTiming));
   in_vram_.assign(static_cast<size_t>(n_moe_) * E_, 0);
   slot_copies_.assign(static_cast<size_t>(slots), 0);
-  staging_slots_ = o.staging_slots >= 0 ? std::min(o.staging_slots, slots) : std::min(2 * E_, slots / 2);
+  // By default two layers' worth, so a chunk stages every expert of a layer it does not find in
+  // VRAM: an expert left out streams zero-copy once per 32-row batch of its picks (~8 reads of its
+  // bytes at an 8k chunk instead of one copy). Capped at half the cache, 24 GB left ~255 per
+  // buffer for a layer's 288 (docs/perf.md, session 12). A quarter of the cache keeps its
+  // experts through the prefill.
+  staging_slots_ = o.staging_slots >= 0 ? std::min(o.staging_slots, slots) : std::min(2 * E_, slots / 4 * 3);
   // Decode steps (graph-captured, at most a few dozen rows) must never stage.
   o_.staging_min_rows = std::max<int64_t>(o_.staging_min_rows, 65);
   staging_slots_ -= staging_slots_ % 2;

@@ -37,7 +37,7 @@ struct ExpertTierOptions {
   // them one layer ahead on the copy stream, so a chunk reads every such expert over PCIe once
   // (a DMA copy) instead of once per 32-row batch (zero-copy). 0 slots: off.
   int64_t staging_min_rows = 512;
-  int staging_slots = -1;     // −1: two MoE layers' worth, at most half the cache
+  int staging_slots = -1;     // −1: two MoE layers' worth, at most 3/4 of the cache
 };
 
 struct ExpertTierStats {
