@@ -51,7 +51,9 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   for (const Exl3MoeLayer& L : layers_) ws = std::max(ws, exl3_moe_workspace_bytes(L, o.max_tokens, TK_));
   ws_ = DeviceArray<uint8_t>(budget, ws, VramCategory::Workspace, "zero-copy expert workspace");
   exl3_moe_workspace_init(ws_.get(), ws, compute);
-  FT_CUDA_CHECK(cudaMallocHost(&routes_h_, static_cast<size_t>(n_moe_) * o.max_tokens * TK_ * sizeof(int32_t)));
+  // Mapped: the tier split's stream writes a step's picks here itself (host_publish.h).
+  FT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&routes_h_),
+                              static_cast<size_t>(n_moe_) * o.max_tokens * TK_ * sizeof(int32_t), cudaHostAllocMapped));
   compute_ = compute;
   if (o.forced_routes) {
     forced_ = DeviceArray<int32_t>(budget, static_cast<size_t>(n_moe_) * o.max_tokens * TK_, VramCategory::Workspace,

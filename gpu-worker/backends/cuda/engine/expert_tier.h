@@ -68,7 +68,7 @@ class GpuExpertTier {
   // staging copies; then layer_done once its expert kernel is enqueued.
   const Exl3MoeLayer& layer_for_step(int64_t layer, cudaStream_t compute);
   void layer_done(int64_t layer, cudaStream_t compute);
-  // Where the step copies model layer `layer`'s picks (n·top_k int32, pinned host memory).
+  // Where the step copies model layer `layer`'s picks (n·top_k int32, mapped pinned host memory).
   int32_t* route_buffer(int64_t layer);
   void* workspace() const { return ws_.get(); }
 

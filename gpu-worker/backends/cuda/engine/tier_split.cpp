@@ -7,6 +7,7 @@
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/core/stream_memops.h"
+#include "gpu-worker/backends/cuda/engine/host_publish.h"
 #include "gpu-worker/backends/cuda/exl3/moe.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "shared/core/error.h"
@@ -31,6 +32,15 @@ T* device_alias(T* host) {
   void* d = nullptr;
   FT_CUDA_CHECK(cudaHostGetDevicePointer(&d, host, 0));
   return static_cast<T*>(d);
+}
+
+// Inside a capture an event record must be external to become a node of the graph (recorded each
+// replay); outside one the flag is refused.
+void record(cudaEvent_t e, cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  FT_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+  FT_CUDA_CHECK(cudaEventRecordWithFlags(e, s, st == cudaStreamCaptureStatusActive ? cudaEventRecordExternal
+                                                                                    : cudaEventRecordDefault));
 }
 
 int64_t first_moe_layer(const ModelConfig& c) {
@@ -58,13 +68,18 @@ CpuTierSplit::CpuTierSplit(const ModelConfig& c, GpuExpertTier& tier, ExpertBack
   if (!stream_memops_available()) throw Error("the tier split needs stream memory operations, which this driver lacks");
   o_.max_rows = std::max<int64_t>(o_.max_rows, 1);
   layer_of_moe_.assign(static_cast<size_t>(n_moe_), -1);
+  route_d_.assign(static_cast<size_t>(n_moe_), nullptr);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (tier_.moe_index(l) >= 0) layer_of_moe_.at(static_cast<size_t>(tier_.moe_index(l))) = l;
+    if (tier_.moe_index(l) >= 0) {
+      layer_of_moe_.at(static_cast<size_t>(tier_.moe_index(l))) = l;
+      route_d_.at(static_cast<size_t>(tier_.moe_index(l))) = device_alias(tier_.route_buffer(l));
+    }
   // Room for the calibration's 2-token steps too.
   const size_t P = static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)) * TK_;
   picks_h_ = pinned<int32_t>(P, false);
   lost_h_ = pinned<int32_t>(P, true);
-  x_h_ = pinned<float>(static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)) * D_, false);
+  x_h_ = pinned<float>(static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)) * D_, true);
+  x_d_ = device_alias(x_h_);
   y_h_ = pinned<float>(P * D_, true);
   place_h_ = pinned<int32_t>(P, true);
   picks_d_ = DeviceArray<int32_t>(budget, P, VramCategory::Workspace, "tier split picks");
@@ -376,8 +391,7 @@ void CpuTierSplit::post(int64_t layer, const int32_t* experts, const float* x, i
                 " rows outside an armed step of " + std::to_string(step_rows_));
   layer_ = layer;
   n_ = n;
-  FT_CUDA_CHECK(cudaMemcpyAsync(tier_.route_buffer(layer), experts, n * TK_ * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-  FT_CUDA_CHECK(cudaMemcpyAsync(x_h_, x, n * D_ * sizeof(float), cudaMemcpyDeviceToHost, s));
+  publish_to_host(experts, n * TK_, route_d_[static_cast<size_t>(tier_.moe_index(layer))], x, n * D_, x_d_, s);
   hs_.post(tier_.moe_index(layer), s);
 }
 
@@ -387,21 +401,14 @@ const int32_t* CpuTierSplit::await_split(cudaStream_t s) {
   return picks_d_.get();
 }
 
-// External records: inside a capture they become event nodes of the graph, recorded each replay.
-void CpuTierSplit::gpu_begin(cudaStream_t s) {
-  FT_CUDA_CHECK(cudaEventRecordWithFlags(records_[static_cast<size_t>(tier_.moe_index(layer_))].begin, s,
-                                         cudaEventRecordExternal));
-}
+void CpuTierSplit::gpu_begin(cudaStream_t s) { record(records_[static_cast<size_t>(tier_.moe_index(layer_))].begin, s); }
 
-void CpuTierSplit::gpu_end(cudaStream_t s) {
-  FT_CUDA_CHECK(cudaEventRecordWithFlags(records_[static_cast<size_t>(tier_.moe_index(layer_))].end, s,
-                                         cudaEventRecordExternal));
-}
+void CpuTierSplit::gpu_end(cudaStream_t s) { record(records_[static_cast<size_t>(tier_.moe_index(layer_))].end, s); }
 
 const int32_t* CpuTierSplit::await_cpu(float* Y, cudaStream_t s) {
   const int moe = tier_.moe_index(layer_);
   hs_.await(moe, LayerHandshake::Done, s);
-  FT_CUDA_CHECK(cudaEventRecordWithFlags(records_[static_cast<size_t>(moe)].arrived, s, cudaEventRecordExternal));
+  record(records_[static_cast<size_t>(moe)].arrived, s);
   // One CTA per possible answer row; rows past the last answer are −1 and skipped.
   moe_place_rows(y_d_, place_d_, n_ * TK_, D_, Y, s);
   // Read where they are: the dispatch reads them once, and the grouped kernel only the picks of

@@ -5,8 +5,8 @@
 //
 // Per split layer the stream and a host thread (the relay) exchange work through a
 // LayerHandshake, so the host never waits on the stream and a decode step stays one CUDA graph:
-//   stream: the router's picks (into the tier's route buffer) and the MLP inputs copied to pinned
-//           host memory, then `post`; the shared expert (the GPU works while the host splits)
+//   stream: the router's picks (into the tier's route buffer) and the MLP inputs written to mapped
+//           pinned host memory by a kernel (host_publish.h), then `post`; the shared expert (the GPU works while the host splits)
 //   relay:  the cost model (tiers::split_misses, rates from tiers::SplitRates) picks which misses
 //           the CPU tier computes; writes the GPU's picks (the CPU's set to −1), signals Ready;
 //           runs the CPU tier's share (one request row per pick, weight 1, so each answer row is
@@ -117,6 +117,7 @@ class CpuTierSplit {
   int E_ = 0, TK_ = 0, n_moe_ = 0;
   int64_t D_ = 0;
   std::vector<int64_t> layer_of_moe_;
+  std::vector<int32_t*> route_d_;     // [n_moe] device aliases of the tier's route buffers
   tiers::SplitRates rates_;
   tiers::TierRates start_rates_;
   bool active_ = false, cpu_up_ = true;
@@ -125,7 +126,8 @@ class CpuTierSplit {
 
   // Host side (pinned): the MLP inputs, the GPU's and the lost picks, the CPU's answers and where
   // they go (the last three mapped: the stream reads them in place after Done).
-  float* x_h_ = nullptr;          // [max_rows][D]
+  float* x_h_ = nullptr;          // [max_rows][D] (mapped: the stream writes it, host_publish.h)
+  float* x_d_ = nullptr;
   int32_t* picks_h_ = nullptr;    // [max_rows·TK] the GPU's picks (CPU's −1)
   int32_t* lost_h_ = nullptr;     // [max_rows·TK] the CPU's picks after a failure (others −1)
   float* y_h_ = nullptr;          // [max_rows·TK][D] the CPU's answers, one row per CPU pick

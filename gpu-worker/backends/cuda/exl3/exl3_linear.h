@@ -80,7 +80,8 @@ Exl3LinearDev exl3_linear_view(int K, ft::exl3::Codebook cb, int64_t in, int64_t
 // before it waits for that input, hiding its launch and first memory latency. Results are the
 // same bits either way. Auto (the default) uses it for one-row calls, where it measured faster on
 // every shape (docs/perf.md, session 11: 1.4–1.8 µs per call from a graph); at 8 rows it loses on
-// the wide shapes. flashtier-bench-exl3 times Off and On.
+// the wide shapes. flashtier-bench-exl3 times Off and On. FLASHTIER_EXL3_PDL=off|auto|on sets
+// the policy a process starts with.
 enum class Exl3Programmatic { Off = 0, Auto = 1, On = 2 };
 void exl3_set_programmatic_launch(Exl3Programmatic policy);
 

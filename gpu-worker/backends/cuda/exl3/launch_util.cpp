@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 
@@ -10,7 +12,15 @@ namespace ft::cuda::exl3dev {
 
 namespace {
 
-std::atomic<int> g_programmatic{1};  // Exl3Programmatic::Auto
+// FLASHTIER_EXL3_PDL=off|auto|on sets the start value (auto when unset or unknown).
+int policy_from_env() {
+  const char* v = std::getenv("FLASHTIER_EXL3_PDL");
+  if (!v) return 1;
+  const std::string s(v);
+  return s == "off" ? 0 : s == "on" ? 2 : 1;
+}
+
+std::atomic<int> g_programmatic{policy_from_env()};  // an Exl3Programmatic value
 
 // `Attr` of the current device, queried once per device (attributes are never 0 here).
 template <cudaDeviceAttr Attr>
