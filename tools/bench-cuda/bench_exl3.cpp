@@ -269,7 +269,7 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
   };
   const bool pdl_here = B.arch >= 90;
   // The plain columns without programmatic launch, the programmatic ones with it at every row
-  // count (the engine's default, Auto, is the programmatic column at one row, the plain above).
+  // count (the engine's default, Auto, is the programmatic column up to four rows, the plain above).
   exl3_set_programmatic_launch(Exl3Programmatic::Off);
   std::vector<GemvRow> rows;
   for (const Shape& s : shapes)

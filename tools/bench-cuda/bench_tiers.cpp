@@ -662,7 +662,7 @@ int main(int argc, char** argv) {
                    "         [--poison-vram (every engine's allocations start as 0xFF bytes, not fresh memory)]\n"
                    "         [--profile (one profiled decode step per batch: op groups on the GPU clock, tier hand-off and wait)]\n"
                    "         [--programmatic-launch | --no-programmatic-launch (EXL3 linears with programmatic dependent\n"
-                   "          launch at every row count or at none, sm_90+; default: one-row calls)]\n"
+                   "          launch at every row count or at none, sm_90+; default: calls of up to four rows)]\n"
 );
       return 2;
     }

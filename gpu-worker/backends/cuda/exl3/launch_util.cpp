@@ -42,7 +42,7 @@ int current_device_attribute() {
 
 bool programmatic_launch(int64_t rows) {
   const int policy = g_programmatic.load(std::memory_order_relaxed);
-  const bool want = policy == 2 || (policy == 1 && rows == 1);  // On, or Auto at one row
+  const bool want = policy == 2 || (policy == 1 && rows <= 4);  // On, or Auto up to four rows
   return want && current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
 }
 
