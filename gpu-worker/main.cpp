@@ -2,7 +2,7 @@
 //                      [--chunk-size N] [--context-size N] [--max-queue N] [--served-model-name NAME]
 //                      [--backend cuda|cpu|auto] [--device N|auto] [--vram-budget-gb G]
 //                      [--prefix-cache-gb G] [--prefix-snapshot-stride N] [--tier-mode M]
-//                      [--expert-cache-gb G] [--admit-per-step N]
+//                      [--expert-cache-gb G] [--admit-per-step N] [--staging-min-rows N] [--staging-slots N]
 //                      [--drain-timeout S] [--tls-cert F --tls-key F [--tls-client-ca F]]
 // Serves the public Generation API (proto/flashtier/generate.proto) for one model. SIGTERM
 // drains: Health goes NOT_SERVING, new calls get UNAVAILABLE, running ones finish (up to
@@ -43,6 +43,11 @@ int usage() {
                "                              CPU tier computes every miss\n"
                "  --expert-cache-gb G         VRAM expert cache (default 0: what the VRAM budget leaves)\n"
                "  --admit-per-step N          expert blocks copied into the cache per step at most (default 16)\n"
+               "  --staging-min-rows N        prefill chunks of at least N rows (default 512, at least 65) copy each\n"
+               "                              MoE layer's experts that are not in VRAM into staging slots one layer\n"
+               "                              ahead instead of reading them zero-copy per 32-row batch\n"
+               "  --staging-slots N           cache slots staging borrows during such chunks (default -1: two MoE\n"
+               "                              layers' worth, at most 3/4 of the cache; 0: no staging)\n"
                "  --tier-wait-s S             CUDA backend: wait up to S s at load for the expert tier (default 300)\n"
                "  --experts local   routed experts in this process (no cpu-expert-worker)\n"
                "  --experts ADDR    shm:<ring> | grpc:<host:port> | auto:<host:port> of a cpu-expert-worker\n"
@@ -94,6 +99,8 @@ int main(int argc, char** argv) {
       else if (a == "--precision") o.precision = v;
       else if (a == "--expert-cache-gb") o.expert_cache_gb = std::stod(v);
       else if (a == "--admit-per-step") o.admit_per_step = std::stoi(v);
+      else if (a == "--staging-min-rows") o.staging_min_rows = std::stoll(v);
+      else if (a == "--staging-slots") o.staging_slots = std::stoi(v);
       else if (a == "--tier-wait-s") o.tier_wait_s = std::stoi(v);
       else if (a == "--drain-timeout") drain_timeout_s = std::stoi(v);
       else if (a == "--tls-cert") tls_cert = v;
@@ -124,6 +131,10 @@ int main(int argc, char** argv) {
   }
   if (tls_cert.empty() != tls_key.empty() || (!tls_client_ca.empty() && tls_cert.empty())) {
     std::cerr << "flashtier-gpu-worker: --tls-cert and --tls-key go together (and --tls-client-ca needs them)\n";
+    return 2;
+  }
+  if (o.admit_per_step < 0 || o.staging_min_rows < 0 || o.staging_slots < -1) {
+    std::cerr << "flashtier-gpu-worker: --admit-per-step and --staging-min-rows must be >= 0, --staging-slots >= -1\n";
     return 2;
   }
   if (drain_timeout_s < 0) {

@@ -27,6 +27,8 @@ struct EngineConfig {
   std::string tier_mode = "fast";
   uint64_t expert_cache_bytes = 0;
   int admit_per_step = 16;
+  int64_t staging_min_rows = 512;  // prefill staging (CudaEngineOptions)
+  int staging_slots = -1;
 };
 
 // A stable name (PCI bus id) of every CUDA device this process sees, in device order; empty

@@ -78,6 +78,8 @@ void WorkerCore::load() {
     ec.precision = opts_.precision;
     ec.expert_cache_bytes = static_cast<uint64_t>(opts_.expert_cache_gb * 1073741824.0);
     ec.admit_per_step = opts_.admit_per_step;
+    ec.staging_min_rows = opts_.staging_min_rows;
+    ec.staging_slots = opts_.staging_slots;
     if (backend == "cuda" && experts_) {
       // The GPU reads the experts itself from the tier's segment (its VRAM cache, zero-copy
       // misses, and in fast/cpu mode the CPU tier's share): wait for the tier (it may still be
