@@ -270,6 +270,7 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
   const bool pdl_here = B.arch >= 90;
   // The plain columns without programmatic launch, the programmatic ones with it at every row
   // count (the engine's default, Auto, is the programmatic column up to four rows, the plain above).
+  const Exl3Programmatic was = exl3_programmatic_launch();
   exl3_set_programmatic_launch(Exl3Programmatic::Off);
   std::vector<GemvRow> rows;
   for (const Shape& s : shapes)
@@ -317,7 +318,7 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
       }
       FT_CUDA_CHECK(cudaFree(ws));
     }
-  exl3_set_programmatic_launch(Exl3Programmatic::Auto);
+  exl3_set_programmatic_launch(was);
   FT_CUDA_CHECK(cudaStreamDestroy(cs));
   FT_CUDA_CHECK(cudaFree(pool));
   FT_CUDA_CHECK(cudaFree(sc));

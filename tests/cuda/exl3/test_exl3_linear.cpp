@@ -206,6 +206,7 @@ TEST(Exl3GpuLinearReal, ProgrammaticLaunchGivesTheSameBits) {
   cuda::exl3_linear_workspace_init(ws.get(), ws.size(), nullptr);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const cuda::Exl3Programmatic was = cuda::exl3_programmatic_launch();
   for (int64_t rows : {1, 8, 20}) {
     std::vector<DevBuf<float>> x, y_plain, y_pdl, y_graph;
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -234,7 +235,7 @@ TEST(Exl3GpuLinearReal, ProgrammaticLaunchGivesTheSameBits) {
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    cuda::exl3_set_programmatic_launch(cuda::Exl3Programmatic::Auto);
+    cuda::exl3_set_programmatic_launch(was);
     for (size_t i = 0; i < shapes.size(); ++i) {
       const std::vector<float> a = y_plain[i].download(), b = y_pdl[i].download(), c = y_graph[i].download();
       EXPECT_EQ(bit_mismatches(a.data(), b.data(), a.size()), 0u) << shapes[i].in << "→" << shapes[i].out << " rows " << rows;

@@ -241,5 +241,9 @@ __device__ __forceinline__ void grid_dependents_launch() {
 }
 
 __device__ __forceinline__ uint4 ldg_v4(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+// Activations: another kernel's output, which a programmatic dependent may start before it is
+// written. The read-only path (ld.global.nc) is only defined for data that stays unchanged for
+// the whole kernel, so these load through L2 (coherent), after grid_dependency_wait().
+__device__ __forceinline__ uint4 ldcg_v4(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
 
 }  // namespace ft::cuda::exl3dev

@@ -78,12 +78,15 @@ Exl3LinearDev exl3_linear_view(int K, ft::exl3::Codebook cb, int64_t in, int64_t
 // Programmatic dependent launch (sm_90 and later; nothing changes below): the skinny kernel of
 // each exl3_linear starts while its input transform runs and copies its first trellis stages
 // before it waits for that input, hiding its launch and first memory latency. Results are the
-// same bits either way. Auto (the default) uses it for calls of up to four rows, where it measured
-// faster on every model shape from a CUDA graph (docs/perf.md, session 12, H100: 0.9–2.5 µs per
-// call); at 8 rows it loses on the wide shapes (MLA o 35.10 → 40.81 µs). flashtier-bench-exl3
-// times Off and On. FLASHTIER_EXL3_PDL=off|auto|on sets the policy a process starts with.
+// same bits either way (the skinny kernel reads activations through L2, not the read-only path,
+// which is undefined for data another kernel writes during its lifetime: docs/perf.md, session
+// 13). Auto (the default) uses it for calls of up to four rows, where it measured faster on every
+// model shape from a CUDA graph (session 12, H100: 0.9–2.5 µs per call); at 8 rows it loses on
+// the wide shapes. flashtier-bench-exl3 times Off and On. FLASHTIER_EXL3_PDL=off|auto|on sets the
+// policy a process starts with.
 enum class Exl3Programmatic { Off = 0, Auto = 1, On = 2 };
 void exl3_set_programmatic_launch(Exl3Programmatic policy);
+Exl3Programmatic exl3_programmatic_launch();
 
 // Scratch of exl3_linear for up to max_rows rows (bytes, 256-aligned pieces inside). Before its
 // first use a workspace must be zeroed once (exl3_linear_workspace_init); the kernels leave their

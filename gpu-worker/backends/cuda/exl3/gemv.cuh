@@ -73,7 +73,7 @@ struct WarpPair {
     const int n_pairs = n_steps / 2;
     uint4 bnext[NGMAX];
 #pragma unroll
-    for (int g = 0; g < NGMAX; ++g) bnext[g] = g < ng ? ldg_v4(xrow[g]) : make_uint4(0, 0, 0, 0);
+    for (int g = 0; g < NGMAX; ++g) bnext[g] = g < ng ? ldcg_v4(xrow[g]) : make_uint4(0, 0, 0, 0);
 
     for (int st = 0; st < n_stages; ++st) {
       cp_async_wait<S - 1>();
@@ -86,7 +86,7 @@ struct WarpPair {
 #pragma unroll
         for (int g = 0; g < NGMAX; ++g) {
           bcur[g] = bnext[g];
-          if (g < ng && next < n_pairs) bnext[g] = ldg_v4(xrow[g] + 32 * next);
+          if (g < ng && next < n_pairs) bnext[g] = ldcg_v4(xrow[g] + 32 * next);
         }
 #pragma unroll
         for (int si = 0; si < 2; ++si) {

@@ -48,6 +48,8 @@ bool programmatic_launch(int64_t rows) {
 
 void set_programmatic_launch(int policy) { g_programmatic.store(policy, std::memory_order_relaxed); }
 
+int programmatic_launch_policy() { return g_programmatic.load(std::memory_order_relaxed); }
+
 int sm_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }
 
 }  // namespace ft::cuda::exl3dev

@@ -11,5 +11,6 @@ int sm_count();
 // (exl3_linear.h) says so and the current device supports it (compute capability 9.0+).
 bool programmatic_launch(int64_t rows);
 void set_programmatic_launch(int policy);  // an Exl3Programmatic value
+int programmatic_launch_policy();
 
 }  // namespace ft::cuda::exl3dev

@@ -72,6 +72,9 @@ void launch_gemv_k(int K, int cb, const GemvLaunch& l, const LinearArgs& a, cuda
 }  // namespace
 
 void exl3_set_programmatic_launch(Exl3Programmatic policy) { exl3dev::set_programmatic_launch(static_cast<int>(policy)); }
+Exl3Programmatic exl3_programmatic_launch() {
+  return static_cast<Exl3Programmatic>(exl3dev::programmatic_launch_policy());
+}
 
 int exl3_k_chunk(int64_t in_p, int64_t out_p) {
   if (in_p <= 0 || out_p <= 0 || in_p % 128 || out_p % 128)
