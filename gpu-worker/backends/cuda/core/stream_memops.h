@@ -15,8 +15,10 @@ namespace ft::cuda {
 
 // Whether this driver exposes both operations (CUDA 11.7+ drivers always do).
 bool stream_memops_available();
-// *addr ← value once the work before it on `s` is done; preceded by a memory fence, so writes of
-// that work (kernels, copies into host memory) are visible before the flag is.
+// *addr ← value once the work before it on `s` is done; preceded by a memory fence, which the
+// driver documents for the writes of kernels before it. Copies (DMA) into host memory are not
+// documented to be ordered before the flag: data a host thread reads on seeing it is written by
+// a kernel (engine/host_publish.h).
 void stream_write_u32(cudaStream_t s, uint32_t* addr, uint32_t value);
 // Work after it on `s` starts once *addr == value.
 void stream_wait_u32(cudaStream_t s, const uint32_t* addr, uint32_t value);

@@ -305,8 +305,8 @@ void CudaEngine::run_step(std::span<const StepItem> items, std::vector<StepResul
   // a step that fails on the way lets the stream finish what it has and stops the relay.
   if (split) split_->arm(plan.rows);
   try {
-    if (graph) {
-      graphs_->run(static_cast<int>(plan.rows), split ? 1 : 0, stream_, [&](cudaStream_t s) { fwd_->run(plan, s); });
+    if (graph &&
+        graphs_->run(static_cast<int>(plan.rows), split ? 1 : 0, stream_, [&](cudaStream_t s) { fwd_->run(plan, s); })) {
       ++graph_steps_;
     } else {
       fwd_->run(plan, stream_);

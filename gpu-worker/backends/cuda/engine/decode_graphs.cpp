@@ -1,5 +1,7 @@
 #include "gpu-worker/backends/cuda/engine/decode_graphs.h"
 
+#include <iostream>
+
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 
 namespace ft::cuda {
@@ -8,29 +10,38 @@ DecodeGraphs::~DecodeGraphs() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
 }
 
-void DecodeGraphs::run(int b, int variant, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches) {
+bool DecodeGraphs::run(int b, int variant, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches) {
   const std::pair<int, int> key{b, variant};
+  if (uncapturable_.count(key)) return false;
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     size_t free_before = 0, free_after = 0, total = 0;
     FT_CUDA_CHECK(cudaStreamSynchronize(stream));
     FT_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
     cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
     FT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     try {
-      launches(stream);
-    } catch (...) {
-      cudaGraph_t dropped = nullptr;
-      cudaStreamEndCapture(stream, &dropped);
-      if (dropped) cudaGraphDestroy(dropped);
+      try {
+        launches(stream);
+      } catch (...) {
+        cudaGraph_t dropped = nullptr;
+        cudaStreamEndCapture(stream, &dropped);
+        if (dropped) cudaGraphDestroy(dropped);
+        throw;
+      }
+      FT_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+      const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      FT_CUDA_CHECK(e);
+    } catch (const std::exception& e) {
+      // Nothing ran: a capture only records. Errors of capture are not sticky.
       (void)cudaGetLastError();
-      throw;
+      uncapturable_.insert(key);
+      std::cerr << "cuda engine: decode steps of " << b << " rows (variant " << variant
+                << ") cannot be captured as a CUDA graph (" << e.what() << "); they run eagerly" << std::endl;
+      return false;
     }
-    FT_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
-    cudaGraphDestroy(g);
-    FT_CUDA_CHECK(e);
     FT_CUDA_CHECK(cudaGraphUpload(exec, stream));
     FT_CUDA_CHECK(cudaStreamSynchronize(stream));
     FT_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
@@ -38,6 +49,7 @@ void DecodeGraphs::run(int b, int variant, cudaStream_t stream, const std::funct
     it = graphs_.emplace(key, exec).first;
   }
   FT_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+  return true;
 }
 
 }  // namespace ft::cuda

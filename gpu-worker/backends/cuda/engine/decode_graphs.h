@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "gpu-worker/backends/cuda/core/vram.h"
@@ -23,12 +24,16 @@ class DecodeGraphs {
   // Replays the graph for batch size b on `stream`, capturing `launches(stream)` first if none
   // exists yet. The launches must be pure (no synchronisation, no host reads of device data).
   // `variant` tells apart steps of one size whose launches differ (the tier split's exchanges).
-  void run(int b, int variant, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches);
+  // False, with nothing enqueued, when this (b, variant) cannot be captured or instantiated (a
+  // driver without graph support for a node kind, say): said once, and the caller runs the step
+  // eagerly from then on. A failed launch of a captured graph throws.
+  bool run(int b, int variant, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches);
   size_t size() const { return graphs_.size(); }
 
  private:
   VramBudget& budget_;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  std::set<std::pair<int, int>> uncapturable_;
 };
 
 }  // namespace ft::cuda

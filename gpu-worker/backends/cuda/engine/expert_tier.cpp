@@ -34,7 +34,7 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   seg_dev_ = exl3_map_host_experts(const_cast<uint8_t*>(seg_.data()), static_cast<size_t>(seg_.size()));
   table_ = DeviceArray<Exl3ExpertPtrs>(budget, static_cast<size_t>(n_moe_) * E_, VramCategory::ExpertCache,
                                        "expert tables");
-  FT_CUDA_CHECK(cudaMallocHost(&table_h_, table_.bytes()));
+  table_h_ = PinnedArray<Exl3ExpertPtrs>(table_.size());
   layers_.resize(static_cast<size_t>(n_moe_));
   for (int m = 0; m < n_moe_; ++m) {
     const uint8_t* first = seg_.block_data(seg_.block(m, 0));
@@ -46,19 +46,18 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
     }
     layers_[m].table = table_.get() + m * E_;
   }
-  FT_CUDA_CHECK(cudaMemcpy(table_.get(), table_h_, table_.bytes(), cudaMemcpyHostToDevice));
+  FT_CUDA_CHECK(cudaMemcpy(table_.get(), table_h_.get(), table_.bytes(), cudaMemcpyHostToDevice));
   size_t ws = 0;
   for (const Exl3MoeLayer& L : layers_) ws = std::max(ws, exl3_moe_workspace_bytes(L, o.max_tokens, TK_));
   ws_ = DeviceArray<uint8_t>(budget, ws, VramCategory::Workspace, "zero-copy expert workspace");
   exl3_moe_workspace_init(ws_.get(), ws, compute);
   // Mapped: the tier split's stream writes a step's picks here itself (host_publish.h).
-  FT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&routes_h_),
-                              static_cast<size_t>(n_moe_) * o.max_tokens * TK_ * sizeof(int32_t), cudaHostAllocMapped));
+  routes_h_ = PinnedArray<int32_t>(static_cast<size_t>(n_moe_) * o.max_tokens * TK_, PinnedKind::Mapped);
   compute_ = compute;
   if (o.forced_routes) {
     forced_ = DeviceArray<int32_t>(budget, static_cast<size_t>(n_moe_) * o.max_tokens * TK_, VramCategory::Workspace,
                                    "forced routes");
-    FT_CUDA_CHECK(cudaMallocHost(&forced_h_, forced_.bytes()));
+    forced_h_ = PinnedArray<int32_t>(forced_.size());
   }
   // The cache takes what is left once the tier's own buffers are in (cache_bytes, or, when 0,
   // 90% of what the budget holds beyond keep_free — the engine's sequence states, full-context
@@ -77,16 +76,16 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   in_vram_.assign(static_cast<size_t>(n_moe_) * E_, 0);
   slot_copies_.assign(static_cast<size_t>(slots), 0);
   // By default two layers' worth, so a chunk stages every expert of a layer it does not find in
-  // VRAM: an expert left out streams zero-copy once per 32-row batch of its picks (~8 reads of its
-  // bytes at an 8k chunk instead of one copy). Capped at half the cache, 24 GB left ~255 per
-  // buffer for a layer's 288 (docs/perf.md, session 12). A quarter of the cache keeps its
-  // experts through the prefill.
+  // VRAM: an expert left out is read zero-copy once per 32-row batch of its picks (many reads of
+  // its bytes in a large chunk instead of one copy). At most three quarters of the cache (half
+  // left ~255 slots per buffer at 24 GB, short of a layer's 288: docs/perf.md, session 12); the
+  // other quarter keeps its experts through the prefill.
   staging_slots_ = o.staging_slots >= 0 ? std::min(o.staging_slots, slots) : std::min(2 * E_, slots / 4 * 3);
   // Decode steps (graph-captured, at most a few dozen rows) must never stage.
   o_.staging_min_rows = std::max<int64_t>(o_.staging_min_rows, 65);
   staging_slots_ -= staging_slots_ % 2;
   if (staging_slots_ > 0) {
-    FT_CUDA_CHECK(cudaMallocHost(&stage_h_, static_cast<size_t>(n_moe_) * E_ * sizeof(Exl3ExpertPtrs)));
+    stage_h_ = PinnedArray<Exl3ExpertPtrs>(static_cast<size_t>(n_moe_) * E_);
     stage_table_ = DeviceArray<Exl3ExpertPtrs>(budget, static_cast<size_t>(2) * E_, VramCategory::ExpertCache,
                                                "staging tables");
     stage_layers_ = layers_;
@@ -108,18 +107,18 @@ GpuExpertTier::~GpuExpertTier() {
     if (stage_ready_[b]) cudaEventDestroy(stage_ready_[b]);
     if (stage_free_[b]) cudaEventDestroy(stage_free_[b]);
   }
-  if (stage_h_) cudaFreeHost(stage_h_);
   if (copy_) cudaStreamDestroy(copy_);
   if (seg_dev_) cudaHostUnregister(const_cast<uint8_t*>(seg_.data()));
-  if (routes_h_) cudaFreeHost(routes_h_);
-  if (forced_h_) cudaFreeHost(forced_h_);
-  if (table_h_) cudaFreeHost(table_h_);
 }
 
 const Exl3MoeLayer& GpuExpertTier::layer(int64_t l) const { return layers_.at(static_cast<size_t>(moe_of_layer_.at(l))); }
 
 int32_t* GpuExpertTier::route_buffer(int64_t l) {
-  return routes_h_ + static_cast<int64_t>(moe_of_layer_.at(l)) * o_.max_tokens * TK_;
+  return routes_h_.get() + static_cast<int64_t>(moe_of_layer_.at(l)) * o_.max_tokens * TK_;
+}
+
+int32_t* GpuExpertTier::route_buffer_device(int64_t l) {
+  return routes_h_.device() + static_cast<int64_t>(moe_of_layer_.at(l)) * o_.max_tokens * TK_;
 }
 
 Exl3ExpertPtrs GpuExpertTier::segment_entry(int m, int e) const {
@@ -137,7 +136,7 @@ void GpuExpertTier::write_entry(int m, int e, const Exl3ExpertPtrs& p, cudaStrea
   // reads it intact.
   table_h_[m * E_ + e] = p;
   in_vram_[m * E_ + e] = p.trellis[0] != segment_entry(m, e).trellis[0];
-  FT_CUDA_CHECK(cudaMemcpyAsync(table_.get() + m * E_ + e, table_h_ + m * E_ + e, sizeof(Exl3ExpertPtrs),
+  FT_CUDA_CHECK(cudaMemcpyAsync(table_.get() + m * E_ + e, table_h_.get() + m * E_ + e, sizeof(Exl3ExpertPtrs),
                                 cudaMemcpyHostToDevice, s));
 }
 
@@ -162,7 +161,7 @@ void GpuExpertTier::after_step(int64_t n, bool admit, cudaStream_t s) {
   const int64_t picks = std::min<int64_t>(n, o_.max_tokens) * TK_;
   std::vector<std::vector<int32_t>> used(static_cast<size_t>(n_moe_));
   for (int m = 0; m < n_moe_; ++m) {
-    const int32_t* r = routes_h_ + static_cast<int64_t>(m) * o_.max_tokens * TK_;
+    const int32_t* r = routes_h_.get() + static_cast<int64_t>(m) * o_.max_tokens * TK_;
     std::vector<int32_t>& u = used[static_cast<size_t>(m)];
     u.assign(r, r + picks);
     std::sort(u.begin(), u.end());
@@ -249,7 +248,7 @@ void GpuExpertTier::stage(int m) {
   const int b = m % 2, per = staging_slots_ / 2;
   const int first = cache_.first_lent_slot() + b * per;
   FT_CUDA_CHECK(cudaStreamWaitEvent(copy_, stage_free_[b], 0));
-  Exl3ExpertPtrs* t = stage_h_ + static_cast<size_t>(m) * E_;
+  Exl3ExpertPtrs* t = stage_h_.get() + static_cast<size_t>(m) * E_;
   int used = 0;
   for (int e = 0; e < E_; ++e) {
     t[e] = table_h_[m * E_ + e];
@@ -310,8 +309,8 @@ void GpuExpertTier::set_forced_routes(const int32_t* host, int64_t rows) {
   // session 10). The staging is rewritten only between steps, and every step ends synchronised.
   const size_t n = static_cast<size_t>(rows * TK_), pitch = static_cast<size_t>(o_.max_tokens * TK_);
   for (int m = 0; m < n_moe_; ++m)
-    std::copy(host + m * n, host + (m + 1) * n, forced_h_ + m * pitch);
-  FT_CUDA_CHECK(cudaMemcpy2DAsync(forced_.get(), pitch * sizeof(int32_t), forced_h_, pitch * sizeof(int32_t),
+    std::copy(host + m * n, host + (m + 1) * n, forced_h_.get() + m * pitch);
+  FT_CUDA_CHECK(cudaMemcpy2DAsync(forced_.get(), pitch * sizeof(int32_t), forced_h_.get(), pitch * sizeof(int32_t),
                                   n * sizeof(int32_t), static_cast<size_t>(n_moe_), cudaMemcpyHostToDevice, compute_));
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "gpu-worker/backends/cuda/core/pinned.h"
 #include "gpu-worker/backends/cuda/core/vram.h"
 #include "gpu-worker/backends/cuda/exl3/moe.h"
 #include "gpu-worker/tiers/expert_cache.h"
@@ -70,6 +71,7 @@ class GpuExpertTier {
   void layer_done(int64_t layer, cudaStream_t compute);
   // Where the step copies model layer `layer`'s picks (n·top_k int32, mapped pinned host memory).
   int32_t* route_buffer(int64_t layer);
+  int32_t* route_buffer_device(int64_t layer);  // its device address (mapped)
   void* workspace() const { return ws_.get(); }
 
   // After a step (synchronised) of `n` rows: switches finished copies in, updates the cache from
@@ -113,13 +115,13 @@ class GpuExpertTier {
   std::vector<int> moe_of_layer_;  // model layer → MoE index, −1
   std::vector<Exl3MoeLayer> layers_;
   DeviceArray<Exl3ExpertPtrs> table_;  // [n_moe][E]
-  Exl3ExpertPtrs* table_h_ = nullptr;  // pinned mirror (each entry's last written value)
+  PinnedArray<Exl3ExpertPtrs> table_h_;  // pinned mirror (each entry's last written value)
   DeviceArray<uint8_t> slots_mem_, ws_;
   uint64_t slot_bytes_ = 0;
   tiers::ExpertCache cache_;
-  int32_t* routes_h_ = nullptr;  // pinned [n_moe][max_tokens·top_k]
+  PinnedArray<int32_t> routes_h_;  // mapped [n_moe][max_tokens·top_k]
   DeviceArray<int32_t> forced_;  // [n_moe][max_tokens·top_k] when routes are forced
-  int32_t* forced_h_ = nullptr;  // its pinned staging: uploaded on the compute stream, in step order
+  PinnedArray<int32_t> forced_h_;  // its pinned staging: uploaded on the compute stream, in step order
   cudaStream_t compute_ = nullptr;
   cudaStream_t copy_ = nullptr;
   cudaEvent_t tables_written_ = nullptr;
@@ -135,7 +137,7 @@ class GpuExpertTier {
   int staging_slots_ = 0;         // per buffer: staging_slots_ / 2
   bool staged_ = false;           // this step stages
   std::vector<uint8_t> in_vram_;  // [n_moe][E]: the table entry points at a cache slot
-  Exl3ExpertPtrs* stage_h_ = nullptr;           // pinned [n_moe][E]: each layer's staged table
+  PinnedArray<Exl3ExpertPtrs> stage_h_;         // pinned [n_moe][E]: each layer's staged table
   DeviceArray<Exl3ExpertPtrs> stage_table_;     // [2][E]
   std::vector<Exl3MoeLayer> stage_layers_;      // [n_moe]: views on stage_table_
   cudaEvent_t stage_ready_[2] = {nullptr, nullptr}, stage_free_[2] = {nullptr, nullptr};

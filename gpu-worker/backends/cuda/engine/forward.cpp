@@ -280,17 +280,19 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     split_->post(l, experts, b_.A, N, s);
     mlp(m.shared, N, b_.O, LinearStore::Overwrite, "moe shared expert", s);
     op_mark(prof_, "moe tier hand-off", s);
-    const MoeRoutes gpu{split_->await_split(s), weights, N, static_cast<int>(TK)};
-    moe_dispatch(gpu, static_cast<int>(E), d, s);
+    auto routed = [&](const int32_t* picks) {  // the grouped kernel over these picks (−1: none)
+      const MoeRoutes r{picks, weights, N, static_cast<int>(TK)};
+      moe_dispatch(r, static_cast<int>(E), d, s);
+      exl3_moe_experts(tier_->layer(l), r, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
+    };
+    const int32_t* gpu_picks = split_->await_split(s);
     op_mark(prof_, "moe routed experts", s);
     split_->gpu_begin(s);
-    exl3_moe_experts(tier_->layer(l), gpu, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
+    routed(gpu_picks);
     split_->gpu_end(s);
     op_mark(prof_, "moe CPU tier wait", s);
     // The picks of a CPU tier that failed mid-layer (none otherwise) read zero-copy.
-    const MoeRoutes lost{split_->await_cpu(Y, s), weights, N, static_cast<int>(TK)};
-    moe_dispatch(lost, static_cast<int>(E), d, s);
-    exl3_moe_experts(tier_->layer(l), lost, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
+    routed(split_->await_cpu(Y, s));
     op_mark(prof_, "moe dispatch + combine", s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Accumulate, s);
     return;

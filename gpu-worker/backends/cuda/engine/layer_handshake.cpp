@@ -1,7 +1,6 @@
 #include "gpu-worker/backends/cuda/engine/layer_handshake.h"
 
-#include <immintrin.h>
-
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -12,41 +11,42 @@ namespace ft::cuda {
 namespace {
 
 constexpr int kStride = 16;  // uint32 per layer: 64 bytes
-static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
+
+// A spin-wait hint to the core (fewer wasted issue slots, and a sibling hyperthread runs).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 }  // namespace
 
-LayerHandshake::LayerHandshake(int layers) : layers_(layers) {
-  void* p = nullptr;
-  const size_t bytes = static_cast<size_t>(std::max(layers, 1)) * kStride * sizeof(uint32_t);
-  FT_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped));
-  host_ = static_cast<uint32_t*>(p);
-  void* d = nullptr;
-  FT_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
-  device_ = static_cast<uint32_t*>(d);
+LayerHandshake::LayerHandshake(int layers)
+    : layers_(layers), flags_(static_cast<size_t>(std::max(layers, 1)) * kStride, PinnedKind::Mapped) {
   reset();
 }
 
-LayerHandshake::~LayerHandshake() {
-  if (host_) cudaFreeHost(host_);
-}
+LayerHandshake::~LayerHandshake() = default;
 
-std::atomic<uint32_t>* LayerHandshake::flag(int layer, Flag f) const {
-  return reinterpret_cast<std::atomic<uint32_t>*>(host_ + static_cast<size_t>(layer) * kStride + f);
+std::atomic_ref<uint32_t> LayerHandshake::flag(int layer, Flag f) const {
+  return std::atomic_ref<uint32_t>(flags_[static_cast<size_t>(layer) * kStride + f]);
 }
 
 void LayerHandshake::post(int layer, cudaStream_t s) const {
-  stream_write_u32(s, device_ + static_cast<size_t>(layer) * kStride + Posted, 1);
+  stream_write_u32(s, flags_.device() + static_cast<size_t>(layer) * kStride + Posted, 1);
 }
 
 void LayerHandshake::await(int layer, Flag f, cudaStream_t s) const {
-  uint32_t* a = device_ + static_cast<size_t>(layer) * kStride + f;
+  uint32_t* a = flags_.device() + static_cast<size_t>(layer) * kStride + f;
   stream_wait_u32(s, a, 1);
   stream_write_u32(s, a, 0);
 }
 
 bool LayerHandshake::wait_posted(int layer, const std::atomic<bool>& stop) const {
-  std::atomic<uint32_t>& p = *flag(layer, Posted);
+  const std::atomic_ref<uint32_t> p = flag(layer, Posted);
   // A layer's attention takes tens to hundreds of µs: spin through that (the answer is on the
   // GPU's critical path), nap once it is clearly longer (an eager or profiled step).
   const auto nap_after = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
@@ -59,15 +59,15 @@ bool LayerHandshake::wait_posted(int layer, const std::atomic<bool>& stop) const
     if ((spins & 1023) == 1023 && std::chrono::steady_clock::now() > nap_after)
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     else
-      _mm_pause();
+      cpu_relax();
   }
 }
 
-void LayerHandshake::signal(int layer, Flag f) const { flag(layer, f)->store(1, std::memory_order_seq_cst); }
+void LayerHandshake::signal(int layer, Flag f) const { flag(layer, f).store(1, std::memory_order_seq_cst); }
 
 void LayerHandshake::reset() const {
   for (int l = 0; l < layers_; ++l)
-    for (Flag f : {Posted, Ready, Done}) flag(l, f)->store(0, std::memory_order_seq_cst);
+    for (Flag f : {Posted, Ready, Done}) flag(l, f).store(0, std::memory_order_seq_cst);
 }
 
 }  // namespace ft::cuda

@@ -7,7 +7,8 @@
 // One exchange per layer, every flag back at 0 after it (the values written are constants, as a
 // graph's must be):
 //   GPU:  post        Posted ← 1
-//   host: wait_posted sees Posted = 1, sets it 0, reads what the GPU copied out before posting
+//   host: wait_posted sees Posted = 1, sets it 0, reads what the stream's publish kernel wrote
+//         before posting (host_publish.h: kernel writes, fenced, are ordered before the flag)
 //   host: signal      Ready ← 1 (what the GPU needs next is written before)
 //   GPU:  await Ready waits for 1, sets it 0
 //   host: signal      Done ← 1
@@ -19,6 +20,8 @@
 
 #include <atomic>
 #include <cstdint>
+
+#include "gpu-worker/backends/cuda/core/pinned.h"
 
 namespace ft::cuda {
 
@@ -43,11 +46,10 @@ class LayerHandshake {
   void reset() const;
 
  private:
-  std::atomic<uint32_t>* flag(int layer, Flag f) const;
+  std::atomic_ref<uint32_t> flag(int layer, Flag f) const;
 
   int layers_ = 0;
-  uint32_t* host_ = nullptr;    // [layers][16]: each layer's flags on a cache line of their own
-  uint32_t* device_ = nullptr;  // its device alias
+  PinnedArray<uint32_t> flags_;  // mapped [layers][16]: each layer's flags on a cache line of their own
 };
 
 }  // namespace ft::cuda

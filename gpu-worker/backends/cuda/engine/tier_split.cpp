@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <random>
 
@@ -20,20 +21,6 @@ constexpr int kProbeEvery = 16;
 using clk = std::chrono::steady_clock;
 double us_since(clk::time_point t) { return std::chrono::duration<double, std::micro>(clk::now() - t).count(); }
 
-template <typename T>
-T* pinned(size_t n, bool mapped) {
-  void* p = nullptr;
-  FT_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(n, 1) * sizeof(T), mapped ? cudaHostAllocMapped : cudaHostAllocDefault));
-  return static_cast<T*>(p);
-}
-
-template <typename T>
-T* device_alias(T* host) {
-  void* d = nullptr;
-  FT_CUDA_CHECK(cudaHostGetDevicePointer(&d, host, 0));
-  return static_cast<T*>(d);
-}
-
 // Inside a capture an event record must be external to become a node of the graph (recorded each
 // replay); outside one the flag is refused.
 void record(cudaEvent_t e, cudaStream_t s) {
@@ -41,6 +28,16 @@ void record(cudaEvent_t e, cudaStream_t s) {
   FT_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
   FT_CUDA_CHECK(cudaEventRecordWithFlags(e, s, st == cudaStreamCaptureStatusActive ? cudaEventRecordExternal
                                                                                     : cudaEventRecordDefault));
+}
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an unknown exception";
+  }
 }
 
 int64_t first_moe_layer(const ModelConfig& c) {
@@ -72,20 +69,17 @@ CpuTierSplit::CpuTierSplit(const ModelConfig& c, GpuExpertTier& tier, ExpertBack
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     if (tier_.moe_index(l) >= 0) {
       layer_of_moe_.at(static_cast<size_t>(tier_.moe_index(l))) = l;
-      route_d_.at(static_cast<size_t>(tier_.moe_index(l))) = device_alias(tier_.route_buffer(l));
+      route_d_.at(static_cast<size_t>(tier_.moe_index(l))) = tier_.route_buffer_device(l);
     }
   // Room for the calibration's 2-token steps too.
   const size_t P = static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)) * TK_;
-  picks_h_ = pinned<int32_t>(P, false);
-  lost_h_ = pinned<int32_t>(P, true);
-  x_h_ = pinned<float>(static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)) * D_, true);
-  x_d_ = device_alias(x_h_);
-  y_h_ = pinned<float>(P * D_, true);
-  place_h_ = pinned<int32_t>(P, true);
+  const size_t rows = static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2));
+  picks_h_ = PinnedArray<int32_t>(P);
+  lost_h_ = PinnedArray<int32_t>(P, PinnedKind::Mapped);
+  x_h_ = PinnedArray<float>(rows * D_, PinnedKind::Mapped);
+  y_h_ = PinnedArray<float>(P * D_, PinnedKind::Mapped);
+  place_h_ = PinnedArray<int32_t>(P, PinnedKind::Mapped);
   picks_d_ = DeviceArray<int32_t>(budget, P, VramCategory::Workspace, "tier split picks");
-  lost_d_ = device_alias(lost_h_);
-  y_d_ = device_alias(y_h_);
-  place_d_ = device_alias(place_h_);
   records_.resize(static_cast<size_t>(n_moe_));
   rows_.resize(static_cast<size_t>(E_));
   on_cpu_.resize(static_cast<size_t>(E_));
@@ -109,9 +103,6 @@ CpuTierSplit::~CpuTierSplit() {
   for (LayerRecord& r : records_)
     for (cudaEvent_t e : {r.begin, r.end, r.arrived})
       if (e) cudaEventDestroy(e);
-  for (void* p : {static_cast<void*>(picks_h_), static_cast<void*>(lost_h_), static_cast<void*>(x_h_),
-                  static_cast<void*>(y_h_), static_cast<void*>(place_h_)})
-    if (p) cudaFreeHost(p);
 }
 
 double CpuTierSplit::time_cpu(int64_t layer, int tokens, int per_token) {
@@ -162,8 +153,8 @@ double CpuTierSplit::time_zero_copy(int64_t layer, int tokens, VramBudget& budge
     if (static_cast<int>(pick.size()) < TK_) return 0;  // everything cached: no zero-copy to time
     std::sort(pick.begin(), pick.end());
     for (int t = 0; t < tokens; ++t)
-      std::copy(pick.begin(), pick.end(), picks_h_ + static_cast<int64_t>(t) * TK_);
-    FT_CUDA_CHECK(cudaMemcpyAsync(ex.get(), picks_h_, P * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+      std::copy(pick.begin(), pick.end(), picks_h_.get() + static_cast<int64_t>(t) * TK_);
+    FT_CUDA_CHECK(cudaMemcpyAsync(ex.get(), picks_h_.get(), P * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     moe_dispatch(r, E_, d, s);
     LayerRecord& rec = records_[static_cast<size_t>(moe)];
     FT_CUDA_CHECK(cudaEventRecord(rec.begin, s));
@@ -249,14 +240,27 @@ void CpuTierSplit::arm(int64_t rows) {
   step_rows_ = rows;
   served_.clear();
   stop_ = false;
-  armed_ = true;
   relay_->start([this] { relay(); });
+  armed_ = true;
 }
 
 void CpuTierSplit::end_step() {
   if (!armed_) return;
   armed_ = false;
-  relay_->wait();  // the stream passed every Done: the relay is past its last layer
+  // The stream passed every Done: the relay is past its last layer, and the step's results
+  // stand whatever it reports now (it catches its own failures; this is the last guard).
+  try {
+    relay_->wait();
+  } catch (...) {
+    std::cerr << "cuda engine: the tier split's relay stopped (" << what_of(std::current_exception())
+              << "); misses stay on the GPU until the CPU tier is retried" << std::endl;
+    cpu_failed();
+  }
+  if (static_cast<int>(served_.size()) != n_moe_ && !relay_warned_) {
+    relay_warned_ = true;
+    std::cerr << "cuda engine: the tier split's relay served " << served_.size() << " of " << n_moe_
+              << " MoE layers in a step" << std::endl;
+  }
 }
 
 void CpuTierSplit::abandon(cudaStream_t s) noexcept {
@@ -316,24 +320,10 @@ void CpuTierSplit::split_layer(int moe, const int32_t* route_h, int64_t P) {
   for (int e : sp.cpu) on_cpu[e] = 1, cpu_extra_ += rows[e] - 1;
   for (int e : sp.zero_copy) zc_extra += rows[e] - 1;
   cpu_experts_ = static_cast<int>(sp.cpu.size());
-  req_x_.resize(static_cast<size_t>(P) * D_);
-  req_routes_.resize(static_cast<size_t>(P));
-  int n = 0;
   for (int64_t p = 0; p < P; ++p) {
     const int32_t e = route_h[p];
-    const bool c = e >= 0 && e < E_ && on_cpu[e];
-    picks_h_[p] = c ? -1 : e;
-    if (!c) continue;
-    // One request row per pick, weight 1: the answer row is the expert's output alone.
-    std::copy_n(x_h_ + (p / TK_) * D_, D_, req_x_.data() + static_cast<int64_t>(n) * D_);
-    Routing& r = req_routes_[static_cast<size_t>(n)];
-    r.experts.assign(1, e);
-    r.weights.assign(1, 1.0f);
-    req_place_.push_back(static_cast<int32_t>(p));
-    ++n;
+    picks_h_[p] = e >= 0 && e < E_ && on_cpu[e] ? -1 : e;
   }
-  req_routes_.resize(static_cast<size_t>(n));
-
   ++st_.layers;
   st_.cpu_experts += sp.cpu.size();
   st_.zero_copy_experts += sp.zero_copy.size();
@@ -343,42 +333,66 @@ void CpuTierSplit::split_layer(int moe, const int32_t* route_h, int64_t P) {
   rec.hits = hits;
   rec.zero_copy = static_cast<int>(sp.zero_copy.size());
   rec.extra_rows = zc_extra;
+  rec.valid = true;
 }
 
+int64_t CpuTierSplit::cpu_requests(const int32_t* route_h, int64_t P) {
+  // Grown, never shrunk: the rows' routings keep their vectors from layer to layer.
+  if (req_routes_.size() < static_cast<size_t>(P)) req_routes_.resize(static_cast<size_t>(P));
+  req_x_.resize(static_cast<size_t>(P) * D_);
+  req_place_.clear();
+  int64_t n = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    if (picks_h_[p] >= 0 || route_h[p] < 0 || route_h[p] >= E_) continue;
+    // One request row per pick, weight 1: the answer row is the expert's output alone.
+    std::copy_n(x_h_.get() + (p / TK_) * D_, D_, req_x_.data() + n * D_);
+    Routing& r = req_routes_[static_cast<size_t>(n)];
+    r.experts.assign(1, route_h[p]);
+    r.weights.assign(1, 1.0f);
+    req_place_.push_back(static_cast<int32_t>(p));
+    ++n;
+  }
+  return n;
+}
+
+
 void CpuTierSplit::serve_layer(int moe) {
+  // Whatever fails here, the stream gets Ready and Done exactly once each (it waits for both):
+  // a split that cannot be planned leaves every pick to the GPU, a CPU share that cannot be
+  // computed goes back to it through the lost list.
   const int64_t layer = layer_of_moe_[static_cast<size_t>(moe)];
   const int64_t P = step_rows_ * TK_;
   const int32_t* route_h = tier_.route_buffer(layer);
-  std::fill_n(lost_h_, P, -1);
-  req_place_.clear();
-  req_routes_.clear();
+  LayerRecord& rec = records_[static_cast<size_t>(moe)];
+  rec.valid = false;
+  std::fill_n(lost_h_.get(), P, -1);
   try {
     split_layer(moe, route_h, P);
-  } catch (const std::exception& e) {
-    // The stream waits for Ready whatever happens here: the GPU takes every pick.
-    std::cerr << "cuda engine: tier split of layer " << layer << " failed (" << e.what()
+  } catch (...) {
+    std::cerr << "cuda engine: tier split of layer " << layer << " failed (" << what_of(std::current_exception())
               << "); the GPU computes its misses" << std::endl;
-    std::copy_n(route_h, P, picks_h_);
-    req_place_.clear();
-    req_routes_.clear();
+    std::copy_n(route_h, P, picks_h_.get());
+    rec.valid = false;
   }
   hs_.signal(moe, LayerHandshake::Ready);
-  int64_t answered = static_cast<int64_t>(req_routes_.size());
-  if (answered > 0) {
-    const auto t0 = clk::now();
-    try {
+  int64_t answered = 0;
+  try {
+    answered = cpu_requests(route_h, P);
+    if (answered > 0) {
+      const auto t0 = clk::now();
       // The GPU's operand rounding: the CPU share sums as the GPU's would (to accumulation order).
-      cpu_.compute(layer, req_x_.data(), answered, req_routes_, y_h_, exl3::Operands::F16Rows);
+      cpu_.compute(layer, req_x_.data(), answered, req_routes_, y_h_.get(), exl3::Operands::F16Rows);
       const double us = us_since(t0);
       st_.cpu_us += us;
       rates_.observe_cpu(cpu_experts_, cpu_extra_, us);
-    } catch (const std::exception& e) {
-      std::cerr << "cuda engine: the CPU expert tier failed mid-step (" << e.what()
-                << "); its experts are read zero-copy, and misses stay on the GPU until it answers again" << std::endl;
-      cpu_failed();
-      for (int64_t i = 0; i < answered; ++i) lost_h_[req_place_[static_cast<size_t>(i)]] = req_routes_[static_cast<size_t>(i)].experts[0];
-      answered = 0;
     }
+  } catch (...) {
+    std::cerr << "cuda engine: the CPU expert tier failed mid-step (" << what_of(std::current_exception())
+              << "); its experts are read zero-copy, and misses stay on the GPU until it answers again" << std::endl;
+    cpu_failed();
+    for (int64_t p = 0; p < P; ++p)
+      if (picks_h_[p] < 0 && route_h[p] >= 0 && route_h[p] < E_) lost_h_[p] = route_h[p];
+    answered = 0;
   }
   for (int64_t i = 0; i < P; ++i) place_h_[i] = i < answered ? req_place_[static_cast<size_t>(i)] : -1;
   hs_.signal(moe, LayerHandshake::Done);
@@ -391,13 +405,13 @@ void CpuTierSplit::post(int64_t layer, const int32_t* experts, const float* x, i
                 " rows outside an armed step of " + std::to_string(step_rows_));
   layer_ = layer;
   n_ = n;
-  publish_to_host(experts, n * TK_, route_d_[static_cast<size_t>(tier_.moe_index(layer))], x, n * D_, x_d_, s);
+  publish_to_host(experts, n * TK_, route_d_[static_cast<size_t>(tier_.moe_index(layer))], x, n * D_, x_h_.device(), s);
   hs_.post(tier_.moe_index(layer), s);
 }
 
 const int32_t* CpuTierSplit::await_split(cudaStream_t s) {
   hs_.await(tier_.moe_index(layer_), LayerHandshake::Ready, s);
-  FT_CUDA_CHECK(cudaMemcpyAsync(picks_d_.get(), picks_h_, n_ * TK_ * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  FT_CUDA_CHECK(cudaMemcpyAsync(picks_d_.get(), picks_h_.get(), n_ * TK_ * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   return picks_d_.get();
 }
 
@@ -410,15 +424,16 @@ const int32_t* CpuTierSplit::await_cpu(float* Y, cudaStream_t s) {
   hs_.await(moe, LayerHandshake::Done, s);
   record(records_[static_cast<size_t>(moe)].arrived, s);
   // One CTA per possible answer row; rows past the last answer are −1 and skipped.
-  moe_place_rows(y_d_, place_d_, n_ * TK_, D_, Y, s);
+  moe_place_rows(y_h_.device(), place_h_.device(), n_ * TK_, D_, Y, s);
   // Read where they are: the dispatch reads them once, and the grouped kernel only the picks of
   // a failed call (none otherwise).
-  return lost_d_;
+  return lost_h_.device();
 }
 
 void CpuTierSplit::after_step() {
   for (int moe : served_) {
     const LayerRecord& r = records_[static_cast<size_t>(moe)];
+    if (!r.valid) continue;  // the split failed: no plan to fit the timing to
     float ms = 0, wait = 0;
     if (cudaEventElapsedTime(&ms, r.begin, r.end) != cudaSuccess) {
       (void)cudaGetLastError();

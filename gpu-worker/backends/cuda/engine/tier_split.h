@@ -27,6 +27,7 @@
 #include <memory>
 #include <vector>
 
+#include "gpu-worker/backends/cuda/core/pinned.h"
 #include "gpu-worker/backends/cuda/core/vram.h"
 #include "gpu-worker/backends/cuda/engine/expert_tier.h"
 #include "gpu-worker/backends/cuda/engine/layer_handshake.h"
@@ -98,6 +99,7 @@ class CpuTierSplit {
  private:
   struct LayerRecord {  // a split layer of the current step, for after_step
     int hits = 0, zero_copy = 0, extra_rows = 0;
+    bool valid = false;  // planned (a failed plan's timing fits nothing)
     // Around the grouped kernel, and when the CPU tier's answer let the stream on.
     cudaEvent_t begin = nullptr, end = nullptr, arrived = nullptr;
   };
@@ -108,7 +110,8 @@ class CpuTierSplit {
   // The relay: every MoE layer of the armed step in order; serve_layer one exchange.
   void relay();
   void serve_layer(int moe);
-  void split_layer(int moe, const int32_t* route_h, int64_t P);
+  void split_layer(int moe, const int32_t* route_h, int64_t P);  // the plan: picks_h_, the record
+  int64_t cpu_requests(const int32_t* route_h, int64_t P);       // the CPU's rows; how many
 
   const ModelConfig& cfg_;
   GpuExpertTier& tier_;
@@ -125,16 +128,13 @@ class CpuTierSplit {
   std::chrono::steady_clock::time_point down_since_{};
 
   // Host side (pinned): the MLP inputs, the GPU's and the lost picks, the CPU's answers and where
-  // they go (the last three mapped: the stream reads them in place after Done).
-  float* x_h_ = nullptr;          // [max_rows][D] (mapped: the stream writes it, host_publish.h)
-  float* x_d_ = nullptr;
-  int32_t* picks_h_ = nullptr;    // [max_rows·TK] the GPU's picks (CPU's −1)
-  int32_t* lost_h_ = nullptr;     // [max_rows·TK] the CPU's picks after a failure (others −1)
-  float* y_h_ = nullptr;          // [max_rows·TK][D] the CPU's answers, one row per CPU pick
-  int32_t* place_h_ = nullptr;    // [max_rows·TK] the pick index of each answer row, −1 past the last
-  const float* y_d_ = nullptr;    // device aliases of y_h_, place_h_ and lost_h_
-  const int32_t* place_d_ = nullptr;
-  const int32_t* lost_d_ = nullptr;
+  // they go (all but the GPU's picks mapped: the stream writes the inputs and reads the last three
+  // in place after Done).
+  PinnedArray<float> x_h_;        // [max_rows][D] (the stream writes it, host_publish.h)
+  PinnedArray<int32_t> picks_h_;  // [max_rows·TK] the GPU's picks (CPU's −1)
+  PinnedArray<int32_t> lost_h_;   // [max_rows·TK] the CPU's picks after a failure (others −1)
+  PinnedArray<float> y_h_;        // [max_rows·TK][D] the CPU's answers, one row per CPU pick
+  PinnedArray<int32_t> place_h_;  // [max_rows·TK] the pick index of each answer row, −1 past the last
   DeviceArray<int32_t> picks_d_;
   LayerHandshake hs_;
 
@@ -151,7 +151,7 @@ class CpuTierSplit {
   int64_t step_rows_ = 0;
   std::atomic<bool> stop_{false};
   bool armed_ = false;
-  bool timing_warned_ = false;
+  bool timing_warned_ = false, relay_warned_ = false;
   std::vector<int> served_;           // MoE layers the relay served this step
   std::vector<LayerRecord> records_;  // [n_moe]
   TierSplitStats st_;
