@@ -9,7 +9,7 @@
 #                                       flashtier-check --backend cuda on every model fixture, then the
 #                                       benchmarks; logs go to $OUT (or .gpu-bundle/out); a table ends it.
 #                                       what: all (default), or a comma list of probe, tests,
-#                                       check, stack, bench; initcheck, panel and tierdiag only when named
+#                                       check, stack, bench; initcheck, panel, tierdiag and bits only when named
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -177,6 +177,34 @@ run() {
       rc=$?
       grep -E "Invalid|ERROR SUMMARY|^=========     at|panel pass|^\| (fast|exact)" "$out/tierdiag-memcheck.txt" | head -30
       table+=("| memcheck --padding, 5 layers | rc=$rc | $(grep -E 'ERROR SUMMARY' "$out/tierdiag-memcheck.txt" | tail -1) |")
+    fi
+  fi
+  if named bits; then
+    # Do an EXL3 engine's bits depend on the run? (session 12, H100 host: the exact-mode tier
+    # tests and the fp16 poison test gave other bits than their references.) The same tests
+    # twice over with programmatic launch as configured, off, with every launch blocking, and
+    # under initcheck; each run's first differing rows go to the table.
+    echo "== bit stability"
+    local f=${BITS_FILTER:-ExpertTierTest.*:*PoisonedMemoryGivesTheFreshEngineBits*}
+    local variant
+    for variant in ${BITS_VARIANTS:-default pdl-off pdl-auto blocking}; do
+      local env=(env)
+      [ "$variant" = pdl-off ] && env+=(FLASHTIER_EXL3_PDL=off)
+      [ "$variant" = pdl-auto ] && env+=(FLASHTIER_EXL3_PDL=auto)
+      [ "$variant" = blocking ] && env+=(CUDA_LAUNCH_BLOCKING=1)
+      timeout 200 "${env[@]}" "$bin/test_cuda" --gtest_brief=1 --gtest_repeat="${BITS_REPEAT:-2}" --gtest_filter="$f" \
+        >"$out/bits-$variant.txt" 2>&1
+      local rc=$?
+      grep -E '^\[  FAILED  \] [A-Z]|first differing' "$out/bits-$variant.txt" | sort | uniq -c | head -20
+      table+=("| bits $variant | rc=$rc | $(grep -cE '^\[  FAILED  \] [A-Z]' "$out/bits-$variant.txt") failures in ${BITS_REPEAT:-2} repeats |")
+    done
+    if [ "${BITS_INITCHECK:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+      timeout 240 compute-sanitizer --tool initcheck --print-limit 20 "$bin/test_cuda" \
+        --gtest_filter="${BITS_INITCHECK_FILTER:-ExpertTierTest.Poisoned*:*PoisonedMemoryGivesTheFreshEngineBits/fp16}" \
+        >"$out/bits-initcheck.txt" 2>&1
+      local rc=$?
+      grep -E "Uninitialized|^=========     at|ERROR SUMMARY|FAILED  \] [A-Z]" "$out/bits-initcheck.txt" | head -30
+      table+=("| bits initcheck | rc=$rc | $(grep -E 'ERROR SUMMARY' "$out/bits-initcheck.txt" | tail -1) |")
     fi
   fi
   rm -f "$out/check1.txt" "$out/bench1.txt"

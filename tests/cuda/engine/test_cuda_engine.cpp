@@ -244,7 +244,8 @@ TEST_P(CudaEnginePrecision, PoisonedMemoryGivesTheFreshEngineBits) {
       if (!poison) want = got;
       else {
         ASSERT_EQ(want.size(), got.size()) << model;
-        EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u) << model;
+        EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
+            << model << ": " << test::where_they_part(want, got, static_cast<size_t>(e.config().vocab_size));
       }
     }
   }

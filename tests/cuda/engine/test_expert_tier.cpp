@@ -28,6 +28,8 @@ namespace ft::cuda {
 namespace {
 
 std::string model_dir() { return test::fixture("glm5-tiny-exl3/model"); }
+// A logit row's width (failure messages name the first row two traces part at).
+size_t vocab() { return static_cast<size_t>(load_config(model_dir()).vocab_size); }
 
 // Prefill of a fixture prompt, then `steps` greedy decode steps; every row's logits. With `feed`,
 // decode step k is fed (*feed)[k] instead of the engine's own choice (teacher forcing: two
@@ -177,9 +179,12 @@ TEST_F(ExpertTierTest, ZeroCopyAndCachedExpertsGiveTheVramResidentBits) {
   const auto first = trace(with_cache, 12), second = trace(with_cache, 12);
 
   ASSERT_EQ(want.size(), got_zc.size());
-  EXPECT_EQ(test::bit_mismatches(want.data(), got_zc.data(), want.size()), 0u);
-  EXPECT_EQ(test::bit_mismatches(want.data(), first.data(), want.size()), 0u);
-  EXPECT_EQ(test::bit_mismatches(want.data(), second.data(), want.size()), 0u);
+  EXPECT_EQ(test::bit_mismatches(want.data(), got_zc.data(), want.size()), 0u)
+      << test::where_they_part(want, got_zc, vocab());
+  EXPECT_EQ(test::bit_mismatches(want.data(), first.data(), want.size()), 0u)
+      << test::where_they_part(want, first, vocab());
+  EXPECT_EQ(test::bit_mismatches(want.data(), second.data(), want.size()), 0u)
+      << test::where_they_part(want, second, vocab());
   uint64_t hits = 0, admissions = 0;
   for (const auto& [name, v] : with_cache.stats().counters) {
     if (name == "expert_cache_hits") hits = v;
@@ -212,7 +217,8 @@ TEST_F(ExpertTierTest, PoisonedMemoryGivesTheFreshEngineBits) {
     if (!poison) want = got;
     else {
       ASSERT_EQ(want.size(), got.size());
-      EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u);
+      EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
+      << test::where_they_part(want, got, vocab());
     }
   }
 }
@@ -242,9 +248,12 @@ TEST_F(ExpertTierTest, StagedPrefillChunksGiveTheVramResidentBits) {
   const auto got1 = trace(staged, 8, "case1"), got2 = trace(staged, 8, "case2"), again1 = trace(staged, 8, "case1");
   ASSERT_EQ(want1.size(), got1.size());
   ASSERT_EQ(want2.size(), got2.size());
-  EXPECT_EQ(test::bit_mismatches(want1.data(), got1.data(), want1.size()), 0u);
-  EXPECT_EQ(test::bit_mismatches(want2.data(), got2.data(), want2.size()), 0u);
-  EXPECT_EQ(test::bit_mismatches(want1.data(), again1.data(), want1.size()), 0u);
+  EXPECT_EQ(test::bit_mismatches(want1.data(), got1.data(), want1.size()), 0u)
+      << test::where_they_part(want1, got1, vocab());
+  EXPECT_EQ(test::bit_mismatches(want2.data(), got2.data(), want2.size()), 0u)
+      << test::where_they_part(want2, got2, vocab());
+  EXPECT_EQ(test::bit_mismatches(want1.data(), again1.data(), want1.size()), 0u)
+      << test::where_they_part(want1, again1, vocab());
   EXPECT_EQ(counter(staged, "expert_staged_steps"), 3u);
   EXPECT_GT(counter(staged, "expert_staged_blocks"), 0u);
   EXPECT_GT(counter(staged, "expert_staging_slots"), 0u);
@@ -358,7 +367,8 @@ TEST_F(TierSplitTest, MissesSplitWithTheCpuTierKeepTheFixedSumOrder) {
     CudaEngine e(without, remote.get(), split_opts("fast", 1e9, 100));
     const auto got = trace(e, 12);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u);
+    EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
+      << test::where_they_part(want, got, vocab());
     EXPECT_GT(counter(e, "tier_split_layers"), 0u);
     EXPECT_EQ(counter(e, "tier_cpu_experts"), 0u);
     EXPECT_GT(counter(e, "tier_zero_copy_experts"), 0u);
@@ -402,7 +412,8 @@ TEST_F(TierSplitTest, CpuTierDeathCostsNoRequestAndTheSplitResumes) {
   tier->tier->stop();
   const auto got = trace(e, 12);
   ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u);
+  EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
+      << test::where_they_part(want, got, vocab());
   EXPECT_EQ(counter(e, "tier_cpu_failures"), 1u);
   EXPECT_EQ(counter(e, "tier_cpu_up"), 0u);
 

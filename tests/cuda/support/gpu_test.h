@@ -115,4 +115,22 @@ size_t bit_mismatches(const T* a, const T* b, size_t n) {
   return bad;
 }
 
+// Where two row-major logit traces of `row`-wide rows first part, for a failure message: the
+// first differing row (a trace's step), how many rows differ, and the largest difference.
+inline std::string where_they_part(const std::vector<float>& a, const std::vector<float>& b, size_t row) {
+  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  size_t first = a.size(), rows = 0;
+  double worst = 0;
+  for (size_t r = 0; r * row < a.size(); ++r) {
+    const size_t n = std::min(row, a.size() - r * row);
+    if (bit_mismatches(a.data() + r * row, b.data() + r * row, n) == 0) continue;
+    first = std::min(first, r);
+    ++rows;
+    for (size_t i = r * row; i < r * row + n; ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
+  }
+  if (rows == 0) return "bit-identical";
+  return "first differing row " + std::to_string(first) + " of " + std::to_string(a.size() / row) + ", " +
+         std::to_string(rows) + " rows differ, max |diff| " + std::to_string(worst);
+}
+
 }  // namespace ft::test
