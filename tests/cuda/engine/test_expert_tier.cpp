@@ -31,6 +31,20 @@ std::string model_dir() { return test::fixture("glm5-tiny-exl3/model"); }
 // A logit row's width (failure messages name the first row two traces part at).
 size_t vocab() { return static_cast<size_t>(load_config(model_dir()).vocab_size); }
 
+// The fixture with its routed experts in VRAM: the bits every tier path must give …
+ModelWeights with_experts() {
+  LoadOptions local;
+  local.keep_quantized = true;
+  return load_model(model_dir(), local);
+}
+// … and without them (they come from the segment).
+ModelWeights without_experts() {
+  LoadOptions remote;
+  remote.keep_quantized = true;
+  remote.routed_experts = false;
+  return load_model(model_dir(), remote);
+}
+
 // Prefill of a fixture prompt, then `steps` greedy decode steps; every row's logits. With `feed`,
 // decode step k is fed (*feed)[k] instead of the engine's own choice (teacher forcing: two
 // engines compared position by position).
@@ -135,13 +149,6 @@ class ExpertTierTest : public test::GpuTest {
     o.graphs = false;  // logits come back from eager steps only
     return o;
   }
-  // The fixture without its routed experts (they come from the segment) …
-  static ModelWeights without_experts() {
-    LoadOptions remote;
-    remote.keep_quantized = true;
-    remote.routed_experts = false;
-    return load_model(model_dir(), remote);
-  }
   // … read zero-copy from the test's segment, exact mode, through a cache of `cache_bytes`.
   CudaEngineOptions tier_opts(uint64_t cache_bytes) const {
     CudaEngineOptions o = opts();
@@ -154,14 +161,8 @@ class ExpertTierTest : public test::GpuTest {
 };
 
 TEST_F(ExpertTierTest, ZeroCopyAndCachedExpertsGiveTheVramResidentBits) {
-  LoadOptions local;
-  local.keep_quantized = true;
-  const ModelWeights with_experts = load_model(model_dir(), local);
-  LoadOptions remote = local;
-  remote.routed_experts = false;
-  const ModelWeights without = load_model(model_dir(), remote);
-
-  CudaEngine resident(with_experts, nullptr, opts());
+  const ModelWeights without = without_experts();
+  CudaEngine resident(with_experts(), nullptr, opts());
   const auto want = trace(resident, 12);
 
   CudaEngineOptions zc = opts();
@@ -233,18 +234,14 @@ uint64_t counter(const CudaEngine& e, const std::string& name) {
 // ahead; the kernel reads the same bytes from there, so the logits keep the resident bits, and
 // the decode steps after it give the slots back (their experts copied in again) without a change.
 TEST_F(ExpertTierTest, StagedPrefillChunksGiveTheVramResidentBits) {
-  LoadOptions local;
-  local.keep_quantized = true;
-  CudaEngine resident(load_model(model_dir(), local), nullptr, opts());
+  CudaEngine resident(with_experts(), nullptr, opts());
   const auto want1 = trace(resident, 8, "case1"), want2 = trace(resident, 8, "case2");
-  LoadOptions remote = local;
-  remote.routed_experts = false;
   CudaEngineOptions o = opts();
   o.expert_segment = seg_name_;
   o.tier_mode = "exact";
   o.expert_cache_bytes = 64ull << 20;
   o.staging_min_rows = 65;  // case1 (70 tokens) and case2 (150) prefill in one staged chunk
-  CudaEngine staged(load_model(model_dir(), remote), nullptr, o);
+  CudaEngine staged(without_experts(), nullptr, o);
   const auto got1 = trace(staged, 8, "case1"), got2 = trace(staged, 8, "case2"), again1 = trace(staged, 8, "case1");
   ASSERT_EQ(want1.size(), got1.size());
   ASSERT_EQ(want2.size(), got2.size());
@@ -264,11 +261,9 @@ TEST_F(ExpertTierTest, DecodeFromGraphsWithTheTier) {
   CudaEngineOptions o = tier_opts(1 << 20);
   o.graphs = true;
   CudaEngine e(without, nullptr, o);
-  LoadOptions local;
-  local.keep_quantized = true;
   CudaEngineOptions eo = opts();
   eo.graphs = true;
-  CudaEngine resident(load_model(model_dir(), local), nullptr, eo);
+  CudaEngine resident(with_experts(), nullptr, eo);
   EXPECT_EQ(greedy(e, "case0", 20), greedy(resident, "case0", 20));
   EXPECT_GT(e.graph_steps(), 0u);
 }
@@ -345,9 +340,7 @@ class TierSplitTest : public ExpertTierTest {
   }
   // The GPU-only logits (experts resident in VRAM) the split runs are compared with.
   static std::vector<float> resident_trace(int steps) {
-    LoadOptions local;
-    local.keep_quantized = true;
-    CudaEngine resident(load_model(model_dir(), local), nullptr, opts());
+    CudaEngine resident(with_experts(), nullptr, opts());
     return trace(resident, steps);
   }
   std::string ring_;
@@ -457,9 +450,7 @@ TEST_F(TierSplitTest, GraphStepsGiveTheEagerSplitsBits) {
       EXPECT_EQ(counter(graphed, "tier_cpu_experts"), 0u);
       CudaEngineOptions ro = opts();
       ro.graphs = true;
-      LoadOptions local;
-      local.keep_quantized = true;
-      CudaEngine resident(load_model(model_dir(), local), nullptr, ro);
+      CudaEngine resident(with_experts(), nullptr, ro);
       EXPECT_EQ(got1, greedy(resident, "case0", 16));
     }
   }
@@ -471,9 +462,7 @@ TEST_F(TierSplitTest, GraphStepsGiveTheEagerSplitsBits) {
 TEST_F(TierSplitTest, CpuTierDeathInsideADecodeGraphCostsNoRequest) {
   CudaEngineOptions ro = opts();
   ro.graphs = true;
-  LoadOptions local;
-  local.keep_quantized = true;
-  CudaEngine resident(load_model(model_dir(), local), nullptr, ro);
+  CudaEngine resident(with_experts(), nullptr, ro);
   const Greedy want = greedy(resident, "case1", 12);
   auto tier = std::make_unique<CpuTier>(seg_name_, ring_, cfg_);
   auto remote = RemoteExperts::create("shm:" + ring_, RemoteExpertsOptions::for_model(cfg_));
@@ -495,9 +484,7 @@ TEST_F(TierSplitTest, AgreementPanelOverAThousandPositions) {
   const int64_t V = cfg_.vocab_size;
   const std::vector<std::string> cases = {"case0", "case1", "case2"};
   const int steps = 340;
-  LoadOptions local;
-  local.keep_quantized = true;
-  CudaEngine resident(load_model(model_dir(), local), nullptr, opts());
+  CudaEngine resident(with_experts(), nullptr, opts());
   std::vector<std::vector<float>> want;
   std::vector<std::vector<int32_t>> feeds;
   for (const std::string& c : cases) {
