@@ -1,6 +1,8 @@
 #include "shared/exl3/expert_forward.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <cstring>
 
 #include "shared/core/error.h"
@@ -15,7 +17,7 @@ namespace ft::exl3 {
 
 namespace {
 
-constexpr int kChunk = 128;  // output columns per work item: one Hadamard block, 4 tile pairs
+constexpr int kChunk = 128;  // output columns per block: one Hadamard block, 4 tile pairs
 
 struct alignas(64) Counter {
   std::atomic<int> v{0};
@@ -56,7 +58,9 @@ struct ExpertRunner::Plan {
   std::vector<Task> tasks;
   std::vector<int64_t> token_begin;  // CSR over tokens → entries, in task order
   std::vector<Entry> entries;
-  std::unique_ptr<Counter[]> gu_done, down_done, xd_done;
+  // gu_done [task·ichunks], down_done [dchunks], xd_done [task], and for split blocks gu_blk
+  // [(task·ichunks + chunk)·2 + projection], dn_blk [task·dchunks + chunk].
+  std::unique_ptr<Counter[]> gu_done, down_done, xd_done, gu_blk, dn_blk;
   size_t counters = 0;
   float* scratch = nullptr;
   size_t scratch_floats = 0;
@@ -72,17 +76,18 @@ struct ExpertRunner::Plan {
     }
     return scratch;
   }
-  void reset_counters(size_t n) {
+  // Zeroes the first `sizes[i]` counters of each array (every array holds the largest).
+  void reset_counters(std::initializer_list<size_t> sizes) {
+    const size_t n = std::max(sizes);
     if (n > counters) {
-      gu_done.reset(new Counter[n]);
-      down_done.reset(new Counter[n]);
-      xd_done.reset(new Counter[n]);
+      for (auto* a : {&gu_done, &down_done, &xd_done, &gu_blk, &dn_blk}) a->reset(new Counter[n]);
       counters = n;
     }
-    for (size_t i = 0; i < n; ++i) {
-      gu_done[i].v.store(0, std::memory_order_relaxed);
-      down_done[i].v.store(0, std::memory_order_relaxed);
-      xd_done[i].v.store(0, std::memory_order_relaxed);
+    std::unique_ptr<Counter[]>* arrays[] = {&gu_done, &down_done, &xd_done, &gu_blk, &dn_blk};
+    size_t a = 0;
+    for (size_t m : sizes) {
+      for (size_t i = 0; i < m; ++i) (*arrays[a])[i].v.store(0, std::memory_order_relaxed);
+      ++a;
     }
   }
 };
@@ -139,7 +144,20 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
       for (int i = 0; i < tasks[e].n; ++i)
         P.entries[fill[tasks[e].rows[i]]++] = {e, i, tasks[e].weights ? tasks[e].weights[i] : 1.0f};
   }
-  P.reset_counters(static_cast<size_t>(std::max<int64_t>(ntasks * ichunks, dchunks)));
+  // Items of jobs 2 and 3 cover 4, 2 or 1 of a 128-column block's 4 tile pairs: a call with few
+  // experts (the split's 1–3 per layer) otherwise leaves threads idle in its last round (one
+  // expert's 32 blocks on 14 threads: 3 rounds for 2.3 rounds of work). A column's sum does not
+  // depend on the pairs per call (KernelPath.PairsPerCallDoNotChangeTheBits); a block's last
+  // finisher applies its output transform.
+  auto subdivide = [&](int64_t blocks) {
+    int sub = 1;
+    while (sub < 4 && blocks * sub < 3 * static_cast<int64_t>(pool_.size())) sub *= 2;
+    return sub;
+  };
+  const int gu_sub = subdivide(ntasks * ichunks * 2), dn_sub = subdivide(ntasks * dchunks);
+  P.reset_counters({static_cast<size_t>(ntasks * ichunks), static_cast<size_t>(dchunks), static_cast<size_t>(ntasks),
+                    gu_sub > 1 ? static_cast<size_t>(ntasks * ichunks * 2) : 0,
+                    dn_sub > 1 ? static_cast<size_t>(ntasks * dchunks) : 0});
 
   // Job 1: gather each row and apply the gate/up input transforms ((x ⊙ suh)·Ĥ, then the GPU's
   // fp16 rounding for F16Rows).
@@ -164,14 +182,17 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
   // the whole row: the expert's last block to finish rounds its rows.
   const float limit = limit_;
   const SimdPath path = path_;
-  pool_.parallel_for(static_cast<int>(ntasks * ichunks * 2), [&](int item, int) {
-    const int e = item / static_cast<int>(2 * ichunks);
-    const int c = (item / 2) % static_cast<int>(ichunks);
-    const int p = item % 2;
+  pool_.parallel_for(static_cast<int>(ntasks * ichunks * 2 * gu_sub), [&](int item, int) {
+    const int q = item % gu_sub, blk = item / gu_sub;  // blk = (e·ichunks + c)·2 + p
+    const int e = blk / static_cast<int>(2 * ichunks);
+    const int c = (blk / 2) % static_cast<int>(ichunks);
+    const int p = blk % 2;
     const Plan::Task& t = P.tasks[e];
     const int n = t.src->n;
     float* z = t.gu[p] + c * kChunk;
-    matmul_pairs(path, t.view.proj[p], 4 * c, 4, t.xin[p], Dp, n, z, Ip);
+    const int g = 4 / gu_sub;
+    matmul_pairs(path, t.view.proj[p], 4 * c + q * g, g, t.xin[p], Dp, n, z + q * g * 32, Ip);
+    if (gu_sub > 1 && P.gu_blk[blk].v.fetch_add(1, std::memory_order_acq_rel) != gu_sub - 1) return;
     for (int r = 0; r < n; ++r) {
       output_block(z + r * Ip, t.view.svh[p] + c * kChunk);
       if (f16) scale_block(z + r * Ip, t.rs[p][r]);
@@ -191,13 +212,16 @@ void ExpertRunner::forward(const ExpertTask* tasks, int ntasks, const float* x, 
 
   // Job 3: down, one 128-column block per item; the last finisher of a column block sums the
   // experts' weighted outputs for it, in task order, into `out`.
-  pool_.parallel_for(static_cast<int>(ntasks * dchunks), [&](int item, int) {
-    const int e = item / static_cast<int>(dchunks);
-    const int c = item % static_cast<int>(dchunks);
+  pool_.parallel_for(static_cast<int>(ntasks * dchunks * dn_sub), [&](int item, int) {
+    const int q = item % dn_sub, blk = item / dn_sub;  // blk = e·dchunks + c
+    const int e = blk / static_cast<int>(dchunks);
+    const int c = blk % static_cast<int>(dchunks);
     const Plan::Task& t = P.tasks[e];
     const int n = t.src->n;
     float* z = t.y + c * kChunk;
-    matmul_pairs(path, t.view.proj[kDown], 4 * c, 4, t.xd, Ip, n, z, Dp);
+    const int g = 4 / dn_sub;
+    matmul_pairs(path, t.view.proj[kDown], 4 * c + q * g, g, t.xd, Ip, n, z + q * g * 32, Dp);
+    if (dn_sub > 1 && P.dn_blk[blk].v.fetch_add(1, std::memory_order_acq_rel) != dn_sub - 1) return;
     for (int r = 0; r < n; ++r) {
       output_block(z + r * Dp, t.view.svh[kDown] + c * kChunk);
       if (f16) scale_block(z + r * Dp, t.rs[kDown][r]);

@@ -3,7 +3,9 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -41,8 +43,26 @@ void pin_to(int cpu) {
 
 // A worker polls this long for the next job before it sleeps: MoE layers of one decode step
 // follow each other within well under a millisecond, and a futex wake-up costs more than that
-// gap's worth of polling on an otherwise idle core.
-constexpr auto kSpin = std::chrono::microseconds(200);
+// gap's worth of polling on an otherwise idle core. FLASHTIER_POOL_SPIN_US sets it (0: sleep at
+// once), for hosts where the gap between layers is longer.
+std::chrono::microseconds spin_time() {
+  static const std::chrono::microseconds t = [] {
+    const char* v = std::getenv("FLASHTIER_POOL_SPIN_US");
+    if (!v || !*v) return std::chrono::microseconds(200);
+    char* end = nullptr;
+    const long us = std::strtol(v, &end, 10);
+    return std::chrono::microseconds(end && *end == 0 && us >= 0 ? us : 200);
+  }();
+  return t;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 }  // namespace
 
@@ -78,25 +98,28 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::run_items(int worker) {
   for (;;) {
-    const int i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= n_items_) break;
-    (*fn_)(i, worker);
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((t & kItemMask) >= ((t >> kItemBits) & kItemMask)) return;
+      if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+    }
+    const uint64_t job = t >> (2 * kItemBits);
+    (*fn_[job & 1])(static_cast<int>(t & kItemMask), worker);
+    done_.fetch_add(1, std::memory_order_release);
   }
-  done_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 void ThreadPool::worker_main(int id) {
   uint64_t seen = 0;
+  const auto spin = spin_time();
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);
-    if (g == seen) {
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      for (int spin = 1; g == seen; ++spin) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
+    if (g == seen && spin.count() > 0) {
+      const auto until = std::chrono::steady_clock::now() + spin;
+      for (int n = 1; g == seen; ++n) {
+        cpu_relax();
         g = generation_.load(std::memory_order_acquire);
-        if (spin % 64 == 0 && std::chrono::steady_clock::now() > until) break;
+        if (n % 64 == 0 && std::chrono::steady_clock::now() > until) break;
       }
     }
     while (g == seen) {
@@ -109,24 +132,30 @@ void ThreadPool::worker_main(int id) {
   }
 }
 
+void ThreadPool::run_job(int n, const std::function<void(int, int)>& fn) {
+  const uint64_t job = ++jobs_ & ((uint64_t{1} << (64 - 2 * kItemBits)) - 1);
+  fn_[job & 1] = &fn;
+  done_.store(0, std::memory_order_relaxed);
+  // Release: a worker whose claim reads this ticket sees fn_ and the zeroed count.
+  ticket_.store(job << (2 * kItemBits) | static_cast<uint64_t>(n) << kItemBits, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  run_items(0);
+  while (done_.load(std::memory_order_acquire) < n) cpu_relax();
+}
+
 void ThreadPool::parallel_for(int n, const std::function<void(int, int)>& fn) {
   if (n <= 0) return;
   if (workers_.empty() || n == 1) {
     for (int i = 0; i < n; ++i) fn(i, 0);
     return;
   }
-  fn_ = &fn;
-  n_items_ = n;
-  next_.store(0, std::memory_order_relaxed);
-  done_.store(0, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  generation_.notify_all();
-  run_items(0);
-  const int total = size();
-  while (done_.load(std::memory_order_acquire) < total) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+  // Jobs of up to 2^20 − 1 items (the ticket's width); larger ones run as several.
+  constexpr int kMaxItems = static_cast<int>(kItemMask);
+  if (n <= kMaxItems) return run_job(n, fn);
+  for (int first = 0; first < n; first += kMaxItems) {
+    const std::function<void(int, int)> part = [&fn, first](int i, int w) { fn(first + i, w); };
+    run_job(std::min(kMaxItems, n - first), part);
   }
 }
 

@@ -180,6 +180,26 @@ TEST_P(ExpertPath, BatchInvariantBits) {
   }
 }
 
+// The pool's size sets how finely a call's blocks are split into items (4, 2 or 1 tile pairs
+// each): the bits do not depend on it.
+TEST_P(ExpertPath, PoolSizeDoesNotChangeTheBits) {
+  const Tiny& T = tiny();
+  Block b(T.st, 2, 4, T.D, T.I);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  for (int n : {1, 5}) {
+    std::vector<float> x(n * T.D), want(n * T.D), got(n * T.D);
+    for (float& v : x) v = nd(rng);
+    ThreadPool one(1, false);
+    expert_forward(b.get(), x.data(), n, want.data(), one, 10.0f, GetParam());
+    for (int threads : {2, 3, 8}) {
+      ThreadPool pool(threads, false);
+      expert_forward(b.get(), x.data(), n, got.data(), pool, 10.0f, GetParam());
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << threads << " threads, n " << n;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, ExpertPath, ::testing::Values(SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512, SimdPath::Avx512Fp16),
                          [](const auto& info) { return std::string(simd_name(info.param)); });
 

@@ -94,6 +94,31 @@ TEST_P(KernelPath, MatmulMatchesReference) {
     }
 }
 
+// A column's sum does not depend on how many pairs one call covers: the expert runner splits a
+// 128-column block into calls of 1, 2 or 4 pairs by how many items it needs, with the same bits.
+TEST_P(KernelPath, PairsPerCallDoNotChangeTheBits) {
+  std::mt19937 rng(77);
+  for (int K : {2, 3, 4})
+    for (Codebook cb : {Codebook::Inst3, Codebook::Mul1}) {
+      const int64_t in = 512, out = 256;
+      const std::vector<uint8_t> bits = test::random_trellis(in, out, K, rng);
+      test::PackedBuffer pk(bits.data(), in, out, K, cb);
+      for (int n : {1, 2, 5, 9}) {
+        std::normal_distribution<float> nd;
+        std::vector<float> x(static_cast<size_t>(n * in)), whole(static_cast<size_t>(n * out)), split(whole.size());
+        for (float& v : x) v = nd(rng);
+        matmul_pairs(GetParam(), pk.proj, 0, pk.proj.pairs(), x.data(), in, n, whole.data(), out);
+        for (int g : {1, 2}) {
+          std::fill(split.begin(), split.end(), -1.0f);
+          for (int64_t p0 = 0; p0 < pk.proj.pairs(); p0 += g)
+            matmul_pairs(GetParam(), pk.proj, p0, g, x.data(), in, n, split.data() + 32 * p0, out);
+          EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0)
+              << "K=" << K << " " << codebook_name(cb) << " n=" << n << ", " << g << " pair(s) per call";
+        }
+      }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, KernelPath, ::testing::Values(SimdPath::Scalar, SimdPath::Avx2, SimdPath::Avx512, SimdPath::Avx512Fp16),
                          [](const auto& info) { return std::string(simd_name(info.param)); });
 

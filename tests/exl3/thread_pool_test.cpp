@@ -29,6 +29,25 @@ TEST(Exl3ThreadPool, EveryItemOnce) {
   }
 }
 
+// Workers that wake late or run long items straddle jobs: each item still runs once, under its
+// own job's function, and no job returns before its items are done.
+TEST(Exl3ThreadPool, LateWorkersJoinTheRunningJobOnly) {
+  ThreadPool pool(4, false);
+  for (int job = 0; job < 300; ++job) {
+    const int n = 1 + (job * 7) % 23;
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<int> finished{0};
+    pool.parallel_for(n, [&, job](int i, int) {
+      if ((i + job) % 5 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50 + 20 * (job % 3)));
+      hits[i].fetch_add(1);
+      finished.fetch_add(1);
+    });
+    ASSERT_EQ(finished.load(), n) << "job " << job << " returned before its items were done";
+    for (int i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "job " << job << " item " << i;
+    if (job % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the spin
+  }
+}
+
 TEST(Exl3ThreadPool, WakesAfterSleeping) {
   ThreadPool pool(3, false);
   std::atomic<int> sum{0};
