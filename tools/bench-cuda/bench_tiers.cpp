@@ -602,6 +602,9 @@ int main(int argc, char** argv) {
   double budget_gb = 24, pool_gb = 0, cache_gb = 0;
   int64_t layers = 45, experts = 288, context = 1024, long_context = 32768;
   int K = 3, cpu_threads = std::max(1u, std::thread::hardware_concurrency() - 2);
+  // The ring's busy-waits (client for the answer, server for the next request; < 0: their
+  // defaults). The kernel pool's own spin is FLASHTIER_POOL_SPIN_US.
+  long ring_spin_us = -1;
   std::vector<int64_t> batches = {1, 2, 4, 8}, prefills = {8192, 32768};
   Setup S;
   S.trace.zipf_s = 0.8;
@@ -632,6 +635,7 @@ int main(int argc, char** argv) {
     else if (a == "--locality") S.trace.locality = std::stod(next());
     else if (a == "--trace") S.trace_file = next();
     else if (a == "--cpu-threads") cpu_threads = std::stoi(next());
+    else if (a == "--ring-spin-us") ring_spin_us = std::stol(next());
     else if (a == "--segment") segment = next();
     else if (a == "--keep-segment") keep = true;
     else if (a == "--agreement") agreement = std::stoll(next());
@@ -652,7 +656,7 @@ int main(int argc, char** argv) {
                    "usage: flashtier-bench-tiers [--vram-budget-gb 24] [--pool-gb G] [--expert-cache-gb G] [--layers 45]\n"
                    "         [--experts 288] [--k 3] [--context 1024] [--long-context 32768 (0: skip)] [--batches 1,2,4,8]\n"
                    "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 16] [--zipf 0.8]\n"
-                   "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--segment NAME] [--keep-segment]\n"
+                   "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--ring-spin-us N] [--segment NAME] [--keep-segment]\n"
                    "         [--chunk 8192 (prefill tokens per step)] [--modes fast,exact (any of fast, exact, cpu, each also as\n"
                    "          MODE-eager: decode steps without CUDA graphs; \"\": none)]\n"
                    "         [--agreement N (the fast-vs-exact panel over N decode positions; 0: off)]\n"
@@ -767,8 +771,11 @@ int main(int argc, char** argv) {
       if (!tier_seg) throw Error("cannot attach the segment for the CPU tier");
       ipc::RingConfig rc;
       rc.max_slots = std::max<uint32_t>(16, static_cast<uint32_t>(c.num_experts_per_tok));
-      cpu_tier = std::make_unique<cew::RingTier>(*tier_seg, static_cast<float>(c.swiglu_limit), cpu_threads, ring, rc);
-      remote = RemoteExperts::create("shm:" + ring, RemoteExpertsOptions::for_model(c));
+      ipc::RingServerOptions ro;
+      RemoteExpertsOptions eo = RemoteExpertsOptions::for_model(c);
+      if (ring_spin_us >= 0) ro.spin = eo.ring_spin = std::chrono::microseconds(ring_spin_us);
+      cpu_tier = std::make_unique<cew::RingTier>(*tier_seg, static_cast<float>(c.swiglu_limit), cpu_threads, ring, rc, ro);
+      remote = RemoteExperts::create("shm:" + ring, eo);
       std::printf("CPU tier: %d threads (%s) on ring %s\n", cpu_threads, cpu_tier->engine().kernels().c_str(),
                   ring.c_str());
     }
