@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <initializer_list>
 #include <cstring>
+#include <initializer_list>
 
 #include "shared/core/error.h"
 #include "shared/core/half.h"
@@ -76,14 +76,15 @@ struct ExpertRunner::Plan {
     }
     return scratch;
   }
-  // Zeroes the first `sizes[i]` counters of each array (every array holds the largest).
+  // Zeroes the first `sizes[i]` counters of the i-th array (in the order declared above; each
+  // array holds the largest).
   void reset_counters(std::initializer_list<size_t> sizes) {
+    std::unique_ptr<Counter[]>* arrays[] = {&gu_done, &down_done, &xd_done, &gu_blk, &dn_blk};
     const size_t n = std::max(sizes);
     if (n > counters) {
-      for (auto* a : {&gu_done, &down_done, &xd_done, &gu_blk, &dn_blk}) a->reset(new Counter[n]);
+      for (auto* a : arrays) a->reset(new Counter[n]);
       counters = n;
     }
-    std::unique_ptr<Counter[]>* arrays[] = {&gu_done, &down_done, &xd_done, &gu_blk, &dn_blk};
     size_t a = 0;
     for (size_t m : sizes) {
       for (size_t i = 0; i < m; ++i) (*arrays[a])[i].v.store(0, std::memory_order_relaxed);

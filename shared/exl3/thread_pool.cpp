@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "shared/core/cpu_relax.h"
+
 namespace ft::exl3 {
 
 namespace {
@@ -54,14 +56,6 @@ std::chrono::microseconds spin_time() {
     return std::chrono::microseconds(end && *end == 0 && us >= 0 ? us : 200);
   }();
   return t;
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
 }
 
 }  // namespace

@@ -30,11 +30,4 @@ FutexWait futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono
 // Wakes up to `n` waiters; returns how many were woken.
 int futex_wake(std::atomic<uint32_t>* word, int n = 1 << 30);
 
-// One pause instruction: the body of every spin loop (keeps the sibling hyper-thread fed).
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 }  // namespace ft::ipc

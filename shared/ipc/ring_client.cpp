@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "shared/core/cpu_relax.h"
 #include "shared/ipc/futex.h"
 #include "shared/ipc/liveness.h"
 #include "shared/ipc/ring_layout.h"

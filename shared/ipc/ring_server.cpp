@@ -7,6 +7,7 @@
 #include <exception>
 #include <new>
 
+#include "shared/core/cpu_relax.h"
 #include "shared/core/error.h"
 #include "shared/ipc/futex.h"
 #include "shared/ipc/liveness.h"

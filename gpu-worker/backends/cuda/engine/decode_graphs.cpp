@@ -20,27 +20,33 @@ bool DecodeGraphs::run(int b, int variant, cudaStream_t stream, const std::funct
     FT_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
     cudaGraph_t g = nullptr;
     cudaGraphExec_t exec = nullptr;
-    FT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    try {
-      try {
-        launches(stream);
-      } catch (...) {
+    // A capture that failed is ended and dropped; nothing ran (a capture only records), and its
+    // errors are not sticky.
+    auto drop_capture = [&] {
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
         cudaGraph_t dropped = nullptr;
         cudaStreamEndCapture(stream, &dropped);
         if (dropped) cudaGraphDestroy(dropped);
-        throw;
       }
+      (void)cudaGetLastError();
+    };
+    FT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      launches(stream);
       FT_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
       const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
       cudaGraphDestroy(g);
       FT_CUDA_CHECK(e);
     } catch (const std::exception& e) {
-      // Nothing ran: a capture only records. Errors of capture are not sticky.
-      (void)cudaGetLastError();
+      drop_capture();
       uncapturable_.insert(key);
       std::cerr << "cuda engine: decode steps of " << b << " rows (variant " << variant
                 << ") cannot be captured as a CUDA graph (" << e.what() << "); they run eagerly" << std::endl;
       return false;
+    } catch (...) {
+      drop_capture();
+      throw;
     }
     FT_CUDA_CHECK(cudaGraphUpload(exec, stream));
     FT_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -6,21 +6,13 @@
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/core/stream_memops.h"
+#include "shared/core/cpu_relax.h"
 
 namespace ft::cuda {
 namespace {
 
 constexpr int kStride = 16;  // uint32 per layer: 64 bytes
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
-
-// A spin-wait hint to the core (fewer wasted issue slots, and a sibling hyperthread runs).
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 }  // namespace
 

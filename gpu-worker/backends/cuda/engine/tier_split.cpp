@@ -65,15 +65,10 @@ CpuTierSplit::CpuTierSplit(const ModelConfig& c, GpuExpertTier& tier, ExpertBack
   if (!stream_memops_available()) throw Error("the tier split needs stream memory operations, which this driver lacks");
   o_.max_rows = std::max<int64_t>(o_.max_rows, 1);
   layer_of_moe_.assign(static_cast<size_t>(n_moe_), -1);
-  route_d_.assign(static_cast<size_t>(n_moe_), nullptr);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (tier_.moe_index(l) >= 0) {
-      layer_of_moe_.at(static_cast<size_t>(tier_.moe_index(l))) = l;
-      route_d_.at(static_cast<size_t>(tier_.moe_index(l))) = tier_.route_buffer_device(l);
-    }
+    if (tier_.moe_index(l) >= 0) layer_of_moe_.at(static_cast<size_t>(tier_.moe_index(l))) = l;
   // Room for the calibration's 2-token steps too.
-  const size_t P = static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)) * TK_;
-  const size_t rows = static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2));
+  const size_t rows = static_cast<size_t>(std::max<int64_t>(o_.max_rows, 2)), P = rows * TK_;
   picks_h_ = PinnedArray<int32_t>(P);
   lost_h_ = PinnedArray<int32_t>(P, PinnedKind::Mapped);
   x_h_ = PinnedArray<float>(rows * D_, PinnedKind::Mapped);
@@ -355,7 +350,6 @@ int64_t CpuTierSplit::cpu_requests(const int32_t* route_h, int64_t P) {
   return n;
 }
 
-
 void CpuTierSplit::serve_layer(int moe) {
   // Whatever fails here, the stream gets Ready and Done exactly once each (it waits for both):
   // a split that cannot be planned leaves every pick to the GPU, a CPU share that cannot be
@@ -372,7 +366,6 @@ void CpuTierSplit::serve_layer(int moe) {
     std::cerr << "cuda engine: tier split of layer " << layer << " failed (" << what_of(std::current_exception())
               << "); the GPU computes its misses" << std::endl;
     std::copy_n(route_h, P, picks_h_.get());
-    rec.valid = false;
   }
   hs_.signal(moe, LayerHandshake::Ready);
   int64_t answered = 0;
@@ -405,7 +398,7 @@ void CpuTierSplit::post(int64_t layer, const int32_t* experts, const float* x, i
                 " rows outside an armed step of " + std::to_string(step_rows_));
   layer_ = layer;
   n_ = n;
-  publish_to_host(experts, n * TK_, route_d_[static_cast<size_t>(tier_.moe_index(layer))], x, n * D_, x_h_.device(), s);
+  publish_to_host(experts, n * TK_, tier_.route_buffer_device(layer), x, n * D_, x_h_.device(), s);
   hs_.post(tier_.moe_index(layer), s);
 }
 

@@ -120,7 +120,6 @@ class CpuTierSplit {
   int E_ = 0, TK_ = 0, n_moe_ = 0;
   int64_t D_ = 0;
   std::vector<int64_t> layer_of_moe_;
-  std::vector<int32_t*> route_d_;     // [n_moe] device aliases of the tier's route buffers
   tiers::SplitRates rates_;
   tiers::TierRates start_rates_;
   bool active_ = false, cpu_up_ = true;
