@@ -14,7 +14,7 @@ const char* const kUsage =
     "  --threads N            compute threads (default or 0: physical cores - 1)\n"
     "  --ring-channels N      gpu-workers the ring can serve at once (default 8)\n"
     "  --ring-max-tokens N    tokens per ring request; larger batches are split (default 256)\n"
-    "  --spin-us N            busy-poll the ring this long after a request before sleeping (default 100)\n"
+    "  --spin-us N            busy-poll the ring this long after a request before sleeping (default 2000)\n"
     "  --rebuild              rebuild the segment even if a valid one exists\n"
     "  --ready-file PATH      write a JSON line (ports, names, attach/build times) once serving\n"
     "  --remove-segment       remove the segment and the ring named by --segment/--ring, then exit\n"

@@ -12,7 +12,7 @@ struct WorkerOptions {
   int threads = 0;                          // 0: one per physical core minus one
   unsigned ring_channels = 8;
   unsigned ring_max_tokens = 256;
-  unsigned spin_us = 100;
+  unsigned spin_us = 2000;
   bool rebuild = false;
   bool remove_segment = false;
   std::string ready_file;

@@ -3,7 +3,7 @@
 // takes part, items are claimed from one atomic ticket that names the job, and a job is done
 // when its items are, not when every worker has checked in — so a worker still waking from sleep
 // (a futex wake, a deep C-state) never holds a job up; it joins whichever job is running when it
-// gets there. Finished workers spin before sleeping (FLASHTIER_POOL_SPIN_US, default 200), so the
+// gets there. Finished workers spin before sleeping (FLASHTIER_POOL_SPIN_US, default 2000), so the
 // ~40 jobs per decode step start within a microsecond. Workers are pinned one per physical core
 // when the process may run there.
 #include <atomic>

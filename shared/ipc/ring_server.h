@@ -33,7 +33,7 @@ struct ChannelStats {
 };
 
 struct RingServerOptions {
-  std::chrono::microseconds spin{100};            // busy-poll after the last request before sleeping
+  std::chrono::microseconds spin{2000};           // busy-poll after the last request before sleeping (a step's layers are ≤ 2 ms apart)
   std::chrono::milliseconds heartbeat_period{5};
 };
 

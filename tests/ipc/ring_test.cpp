@@ -137,7 +137,7 @@ TEST_F(Ring, RejectedBatchReportsTheReasonAndKeepsTheChannel) {
   EXPECT_THROW(c->call(wrong.view(1), out.data()), ft::Error);
 }
 
-// After each answer the server spins 100 µs, then sleeps on the doorbell; the client sleeps on its
+// After each answer the server spins (2 ms by default), then sleeps on the doorbell; the client sleeps on its
 // channel's state. Requests 20 ms apart therefore go through both futex wakes. A lost wake would
 // cost the server's 50 ms safety timeout, so the median must stay far below that.
 TEST_F(Ring, SleepingServerIsWokenByTheDoorbell) {

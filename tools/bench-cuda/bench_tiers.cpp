@@ -472,7 +472,9 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
                            : S.mode == "cpu" ? S.bw.cpu_expert_gbs
                                              : std::min(S.bw.both_cpu + S.bw.both_gpu, S.bw.cpu_expert_gbs + S.bw.zero_copy);
 
-  auto prefill_seq = [&](uint64_t s, int stream, int64_t n, double* ms_out) {
+  // prof: the last chunk's op groups (its staging waits included) on the GPU clock.
+  auto prefill_seq = [&](uint64_t s, int stream, int64_t n, double* ms_out, OpProfile* prof = nullptr,
+                         double* last_ms = nullptr) {
     std::vector<int32_t> p = tokens(n);
     std::vector<StepResult> r;
     double ms = 0;
@@ -484,9 +486,17 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
       it.seq = s;
       it.tokens = std::span<const int32_t>(p).subspan(static_cast<size_t>(at), static_cast<size_t>(m));
       it.sample = at + m == n;
+      const bool profiled = prof && at + m == n;
+      if (profiled) eng.set_profile(prof);
       const auto a = clk::now();
       eng.step(std::span<const StepItem>(&it, 1), r);
-      ms += secs(a) * 1e3;
+      const double step_ms = secs(a) * 1e3;
+      ms += step_ms;
+      if (profiled) {
+        prof->collect();
+        eng.set_profile(nullptr);
+        if (last_ms) *last_ms = step_ms;
+      }
     }
     if (ms_out) *ms_out = ms;
     return r.empty() ? 0 : r[0].token;
@@ -574,9 +584,13 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     spec.max_tokens = P + 8;
     const ExpertTierStats before = tier->stats();
     const uint64_t s = eng.open(spec);
-    double ms = 0;
-    prefill_seq(s, 0, P, &ms);
+    double ms = 0, last_ms = 0;
+    OpProfile prof;
+    prefill_seq(s, 0, P, &ms, S.profile ? &prof : nullptr, &last_ms);
     eng.close(s);
+    if (S.profile)
+      bench::print_profile(("prefill " + std::to_string(P / 1024) + "k, " + S.mode + " (last chunk profiled)").c_str(),
+                           prof, last_ms);
     const ExpertTierStats after = tier->stats();
     const double hits = static_cast<double>(after.cache.hits - before.cache.hits);
     const double misses = static_cast<double>(after.cache.misses - before.cache.misses);
@@ -664,7 +678,8 @@ int main(int argc, char** argv) {
                    "         [--agreement-exact-again (an extra panel pass: a second exact engine)]\n"
                    "         [--agreement-passes P,... (more panel passes, each a new engine: exact, exact-nocache, fast, noise:E)]\n"
                    "         [--poison-vram (every engine's allocations start as 0xFF bytes, not fresh memory)]\n"
-                   "         [--profile (one profiled decode step per batch: op groups on the GPU clock, tier hand-off and wait)]\n"
+                   "         [--profile (one profiled decode step per batch and each prefill's last chunk: op groups on the GPU clock,\n"
+                   "          tier hand-off, CPU wait and staging wait)]\n"
                    "         [--programmatic-launch | --no-programmatic-launch (EXL3 linears with programmatic dependent\n"
                    "          launch at every row count or at none, sm_90+; default: calls of up to four rows)]\n"
 );

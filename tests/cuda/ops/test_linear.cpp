@@ -430,6 +430,60 @@ TEST_F(GpuLinearF32, MatchesMatvecAndIsBatchInvariant) {
   }
 }
 
+// The K-split (a workspace lent: mHC mixing logits, router logits at prefill) gives the tiled
+// kernel's bits: every 1024-wide block's sum in its own CTA, folded 0 + b_0 + b_1 + … in order.
+// Shapes: the mHC logits (24 × 16,384, bf16 and fp32), the router's (288 × 4096), a last block
+// cut short (7 × 3030), unaligned rows (scalar loads), with bias and Accumulate.
+TEST_F(GpuLinearF32, SplittingKOverBlocksGivesTheSameBits) {
+  struct Case {
+    F32Shape s;
+    int64_t ld_x;
+    bool bias;
+  };
+  for (const Case& c : {Case{{24, 16384, true}, 16384, false}, Case{{24, 16384, false}, 16384, true},
+                        Case{{288, 4096, false}, 4096, false}, Case{{7, 3030, true}, 3031, true}}) {
+    const F32Shape s = c.s;
+    const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + (s.bf16 ? " bf16" : " fp32") +
+                             (c.ld_x != s.in ? " unaligned" : "") + (c.bias ? " bias" : "");
+    const std::vector<float> W = test::lin::fast_uniform(s.out * s.in, 31 + s.in, 0.05f, s.bf16);
+    std::vector<uint16_t> h(W.size());
+    for (size_t i = 0; i < W.size(); ++i) h[i] = f32_to_bf16(W[i]);
+    DevBuf<float> w32(W);
+    DevBuf<uint16_t> w16(h);
+    const std::vector<float> bias = randn(s.out, 13);
+    DevBuf<float> b(bias);
+    LinearF32 L;
+    L.out = s.out;
+    L.in = s.in;
+    L.w_bf16 = s.bf16;
+    L.w = s.bf16 ? static_cast<const void*>(w16.get()) : static_cast<const void*>(w32.get());
+    if (c.bias) L.bias = b.get();
+    for (int64_t rows : {9, 64, 100, 512, 1000}) {
+      const std::vector<float> X = randn(rows * c.ld_x, 17 + rows), Y0 = randn(rows * s.out, 19 + rows);
+      DevBuf<float> x(X);
+      const size_t ws_floats = linear_f32_workspace_floats(L, rows);
+      ASSERT_GT(ws_floats, 0u) << what;
+      DevBuf<float> ws(ws_floats);
+      for (const LinearStore store : {LinearStore::Overwrite, LinearStore::Accumulate}) {
+        DevBuf<float> whole(Y0), split(Y0);
+        linear_f32(L, x.get(), c.ld_x, rows, whole.get(), s.out, nullptr, store);
+        linear_f32(L, x.get(), c.ld_x, rows, split.get(), s.out, nullptr, store, ws.get(), ws_floats);
+        const auto gw = whole.download(), gs = split.download();
+        EXPECT_EQ(bit_mismatches(gs.data(), gw.data(), gw.size()), 0u)
+            << what << " rows " << rows << (store == LinearStore::Accumulate ? " accumulate" : "")
+            << ": the K-split differs from the tiled kernel";
+      }
+      // A workspace one float short is never used (the call runs unsplit, same bits).
+      DevBuf<float> y_short(rows * s.out), y_whole(rows * s.out);
+      linear_f32(L, x.get(), c.ld_x, rows, y_short.get(), s.out, nullptr, LinearStore::Overwrite, ws.get(),
+                 ws_floats - 1);
+      linear_f32(L, x.get(), c.ld_x, rows, y_whole.get(), s.out, nullptr);
+      const auto a = y_short.download(), bb = y_whole.download();
+      EXPECT_EQ(bit_mismatches(a.data(), bb.data(), a.size()), 0u) << what << " rows " << rows;
+    }
+  }
+}
+
 // Bias and Accumulate (the fp32-precision engine's dense linears): y = (Σ + b), or y + (Σ + b),
 // in that order, on the decode kernel (≤ 8 rows, with and without clusters) and the tiled one.
 TEST_F(GpuLinearF32, BiasAndAccumulateFollowTheStoredValueOrder) {

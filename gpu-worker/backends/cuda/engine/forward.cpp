@@ -32,7 +32,7 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
     // mHC in three profile groups (the mixing logits, the site's input side, its output side):
     // at batch 1 its 90 sites are latency, not bytes.
     op_mark(prof_, "mhc mixing logits", s);
-    linear_f32(L.attn_fn, b_.X, HC * D, N, b_.m_raw, nmix, s);
+    mixing_logits(L.attn_fn, N, s);
     op_mark(prof_, "mhc site in", s);
     mhc_site_in(L.attn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
     if (L.kda)
@@ -43,7 +43,7 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
     mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
     b_.scratch.reset();
     op_mark(prof_, "mhc mixing logits", s);
-    linear_f32(L.ffn_fn, b_.X, HC * D, N, b_.m_raw, nmix, s);
+    mixing_logits(L.ffn_fn, N, s);
     op_mark(prof_, "mhc site in", s);
     mhc_site_in(L.ffn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
     if (L.dense)
@@ -56,6 +56,15 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
   }
   if (p.logit_rows > 0) logits(N, std::min(p.logit_rows, b_.lim.max_logit_rows), s);
   if (prof_) prof_->finish(s);
+}
+
+void ForwardPass::mixing_logits(const LinearF32& fn, int64_t N, cudaStream_t s) {
+  // 24 outputs over K = hc·D: the split's block sums come from the (still empty) layer scratch,
+  // free again for the sublayer once the fold has run (stream order).
+  const size_t ws = linear_f32_workspace_floats(fn, N);
+  float* w = ws ? b_.scratch.take<float>(ws, "mhc mixing logits split") : nullptr;
+  linear_f32(fn, b_.X, c_.hc_mult * c_.hidden_size, N, b_.m_raw, c_.nmix(), s, LinearStore::Overwrite, w, ws);
+  b_.scratch.reset();
 }
 
 void ForwardPass::logits(int64_t rows, int64_t n, cudaStream_t s) {
@@ -243,7 +252,9 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   void* ws = dense ? a.take<uint8_t>(ws_bytes, "expert workspace") : nullptr;
 
   op_mark(prof_, "moe router logits", s);
-  linear_f32(m.router, b_.A, D, N, logits, E, s);
+  const size_t router_ws = linear_f32_workspace_floats(m.router, N);
+  linear_f32(m.router, b_.A, D, N, logits, E, s, LinearStore::Overwrite,
+             router_ws ? a.take<float>(router_ws, "router logits split") : nullptr, router_ws);
   op_mark(prof_, "moe routing", s);
   RouterConfig rc;
   rc.n_experts = E;
@@ -301,8 +312,11 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     // picks go to the host for the cache's upkeep between steps.
     force_routes(l, experts, N, s);
     moe_dispatch(routes, static_cast<int>(E), d, s);
-    exl3_moe_experts(tier_->layer_for_step(l, s), routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y,
-                     tier_->workspace(), s);
+    // Profiled apart: a staged prefill's wait for this layer's copies (the GPU idle on PCIe).
+    op_mark(prof_, "moe staging wait", s);
+    const Exl3MoeLayer& view = tier_->layer_for_step(l, s);
+    op_mark(prof_, "moe routed experts", s);
+    exl3_moe_experts(view, routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
     tier_->layer_done(l, s);
     moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
     FT_CUDA_CHECK(cudaMemcpyAsync(tier_->route_buffer(l), experts, N * TK * sizeof(int32_t), cudaMemcpyDeviceToHost, s));

@@ -67,6 +67,7 @@ class ForwardPass {
   void set_layer_probe(LayerProbe p) { probe_ = std::move(p); }
 
  private:
+  void mixing_logits(const LinearF32& fn, int64_t rows, cudaStream_t s);  // into b_.m_raw
   void kda(int64_t l, const StepPlan& p, cudaStream_t s);
   void mla(int64_t l, const StepPlan& p, cudaStream_t s);
   void mlp(const MlpGpu& g, int64_t rows, float* out, LinearStore store, const char* what, cudaStream_t s);

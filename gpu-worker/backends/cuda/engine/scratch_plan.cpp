@@ -5,6 +5,7 @@
 
 #include "gpu-worker/backends/cuda/ops/indexer.h"
 #include "gpu-worker/backends/cuda/ops/kda.h"
+#include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/mla.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 
@@ -21,7 +22,7 @@ struct Count {
 };
 }  // namespace
 
-size_t ScratchNeeds::max() const { return std::max({kda, mla, dense_mlp, moe}) + 4096; }
+size_t ScratchNeeds::max() const { return std::max({kda, mla, dense_mlp, moe, mhc}) + 4096; }
 
 MlaAttendShape mla_shape(const ModelConfig& c) {
   MlaAttendShape s;
@@ -91,6 +92,10 @@ ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools, b
     m.take<float>(T * E);
     m.take<int32_t>(T * TK);
     m.take<float>(T * TK);
+    LinearF32 router;  // its K-split's block sums (linear_f32)
+    router.out = E;
+    router.in = D;
+    m.take<float>(static_cast<int64_t>(linear_f32_workspace_floats(router, T)));
     const MoeDispatchSizes ds = moe_dispatch_sizes(T, static_cast<int>(TK), static_cast<int>(E));
     m.take<int32_t>(ds.offsets);
     m.take<int32_t>(ds.sorted_pick);
@@ -102,6 +107,14 @@ ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools, b
                                                 : moe_dense_workspace_bytes(T, static_cast<int>(TK), D, Im)));
     m.take<float>(T * 2 * Is);
     n.moe = m.bytes;
+  }
+  {  // mHC mixing logits: the K-split's block sums, alone in the scratch (forward.cpp: mixing_logits)
+    LinearF32 fn;
+    fn.out = c.nmix();
+    fn.in = c.hc_mult * c.hidden_size;
+    Count h;
+    h.take<float>(static_cast<int64_t>(linear_f32_workspace_floats(fn, T)));
+    n.mhc = h.bytes;
   }
   return n;
 }

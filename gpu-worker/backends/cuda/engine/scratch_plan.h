@@ -10,7 +10,7 @@
 namespace ft::cuda {
 
 struct ScratchNeeds {
-  size_t kda = 0, mla = 0, dense_mlp = 0, moe = 0;
+  size_t kda = 0, mla = 0, dense_mlp = 0, moe = 0, mhc = 0;
   size_t max() const;
 };
 

@@ -90,7 +90,12 @@ struct LinearF32 {
   bool w_bf16 = false;          // else fp32
   const float* bias = nullptr;  // [out] fp32, or null
 };
+// workspace (optional, device floats): with at least linear_f32_workspace_floats(L, rows) of
+// them, calls whose output tiles cannot fill the GPU spread K over it too (same bits; the
+// workspace is free again when the call's kernels are done, in stream order).
 void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, float* y, int64_t ld_y,
-                cudaStream_t stream, LinearStore store = LinearStore::Overwrite);
+                cudaStream_t stream, LinearStore store = LinearStore::Overwrite, float* workspace = nullptr,
+                size_t workspace_floats = 0);
+size_t linear_f32_workspace_floats(const LinearF32& L, int64_t rows);  // 0: no call of this shape splits
 
 }  // namespace ft::cuda

@@ -12,6 +12,10 @@
 //     shared memory), or one block holds all of K elsewhere;
 //   * tiled (more rows): 64 rows × 64 outputs per block, 64-wide k tiles (= segments) through
 //     shared memory, 4×4 outputs per thread with a chain, a block sum and a total per output.
+//     Where the tiles alone leave most SMs idle (few rows, few outputs: the mHC mixing logits
+//     are 24 outputs over K = 16,384) and the caller lends a workspace, every 1024-wide block j
+//     is its own CTA (the same loop over its 16 segments), b_j goes to the workspace, and a fold
+//     kernel adds 0 + b_0 + b_1 + … in order: the same bits, K spread over the GPU.
 // Padding k past `in` with zeros never changes a sum (the chains start at +0, so they never
 // hold −0), so both kernels give the same bits.
 #include <cooperative_groups.h>
@@ -202,6 +206,7 @@ struct TiledArgs {
   int64_t ld_y;
   int64_t out, in;
   int segs;
+  float* part;  // split over K: block sums [blocks][rows][out] (blockIdx.z = block); else null
 };
 
 template <bool BF16, bool VEC>
@@ -258,8 +263,11 @@ __global__ void __launch_bounds__(256) linear_f32_tiled_kernel(const TiledArgs a
 #pragma unroll
     for (int j = 0; j < 4; ++j) chain[i][j] = blk[i][j] = total[i][j] = 0.0f;
 
-  fetch(0);
-  for (int s = 0; s < a.segs; ++s) {
+  // Segments of this CTA: all, or (split) those of block blockIdx.z.
+  const int s_begin = a.part ? static_cast<int>(blockIdx.z) * kSegsPerBlock : 0;
+  const int s_end = a.part ? min(s_begin + kSegsPerBlock, a.segs) : a.segs;
+  fetch(s_begin);
+  for (int s = s_begin; s < s_end; ++s) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -268,7 +276,7 @@ __global__ void __launch_bounds__(256) linear_f32_tiled_kernel(const TiledArgs a
         ws[4 * (lq + 4 * i) + t][lr] = wv[i][t];
       }
     __syncthreads();
-    if (s + 1 < a.segs) fetch(s + 1);  // in flight during this segment's FMAs
+    if (s + 1 < s_end) fetch(s + 1);  // in flight during this segment's FMAs
 #pragma unroll 16
     for (int k = 0; k < kSeg; ++k) {
       const float4 xa = *reinterpret_cast<const float4*>(&xs[k][4 * tr]);
@@ -293,6 +301,7 @@ __global__ void __launch_bounds__(256) linear_f32_tiled_kernel(const TiledArgs a
         }
       }
   }
+  float* const part = a.part ? a.part + static_cast<int64_t>(blockIdx.z) * a.rows * a.out : nullptr;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t r = r0 + 4 * tr + i;
@@ -300,9 +309,22 @@ __global__ void __launch_bounds__(256) linear_f32_tiled_kernel(const TiledArgs a
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t n = n0 + 4 * tn + j;
-      if (n < a.out) store_out(a.y + r * a.ld_y + n, n, total[i][j], a.bias, a.accumulate);
+      if (n >= a.out) continue;
+      if (part) part[r * a.out + n] = total[i][j];  // 0 + b_j: b_j itself (a chain from +0 is never −0)
+      else store_out(a.y + r * a.ld_y + n, n, total[i][j], a.bias, a.accumulate);
     }
   }
+}
+
+// The split's fold: y = 0 + b_0 + b_1 + … per (row, output), the tiled kernel's total.
+__global__ void __launch_bounds__(256) linear_f32_fold_kernel(const TiledArgs a, int blocks) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.rows * a.out) return;
+  const int64_t r = i / a.out, n = i - r * a.out;
+  const int64_t stride = a.rows * a.out;
+  float t = 0.0f;
+  for (int j = 0; j < blocks; ++j) t = __fadd_rn(t, a.part[j * stride + i]);
+  store_out(a.y + r * a.ld_y + n, n, t, a.bias, a.accumulate);
 }
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
@@ -361,8 +383,14 @@ void run_decode(DecodeArgs a, cudaStream_t stream) {
 
 }  // namespace
 
+size_t linear_f32_workspace_floats(const LinearF32& L, int64_t rows) {
+  if (rows <= kDecodeRows || L.in <= kSeg * kSegsPerBlock) return 0;
+  const int64_t blocks = (L.in + kSeg * kSegsPerBlock - 1) / (kSeg * kSegsPerBlock);
+  return static_cast<size_t>(blocks * rows * L.out);
+}
+
 void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, float* y, int64_t ld_y,
-                cudaStream_t stream, LinearStore store) {
+                cudaStream_t stream, LinearStore store, float* workspace, size_t workspace_floats) {
   const bool accumulate = store == LinearStore::Accumulate;
   if (L.out <= 0 || L.in <= 0 || !L.w || rows < 0 || (rows > 1 && (ld_x < L.in || ld_y < L.out)))
     throw Error("linear_f32: bad shape (" + std::to_string(L.out) + "×" + std::to_string(L.in) + ", rows " +
@@ -391,10 +419,16 @@ void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, 
     else vec ? run_decode<false, true>(a, stream) : run_decode<false, false>(a, stream);
     return;
   }
-  TiledArgs a{L.w, L.bias, accumulate, x, ld_x, rows, y, ld_y, L.out, L.in, segs};
+  TiledArgs a{L.w, L.bias, accumulate, x, ld_x, rows, y, ld_y, L.out, L.in, segs, nullptr};
   const int64_t gy = (rows + kTile - 1) / kTile;
   if (gy > 65535) throw Error("linear_f32: too many rows (" + std::to_string(rows) + ")");
-  const dim3 grid(static_cast<unsigned>((L.out + kTile - 1) / kTile), static_cast<unsigned>(gy));
+  const int64_t gx = (L.out + kTile - 1) / kTile;
+  const int blocks = (segs + kSegsPerBlock - 1) / kSegsPerBlock;
+  // Split K where the tiles would leave most SMs idle and the caller lent room for the block sums.
+  const bool split = blocks > 1 && workspace && workspace_floats >= linear_f32_workspace_floats(L, rows) &&
+                     gx * gy < 2 * static_cast<int64_t>(lin::current_device_limits().sm_count);
+  if (split) a.part = workspace;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), split ? static_cast<unsigned>(blocks) : 1u);
   const bool vec = x_vec && w_vec;
   if (L.w_bf16) {
     if (vec) linear_f32_tiled_kernel<true, true><<<grid, 256, 0, stream>>>(a);
@@ -404,6 +438,10 @@ void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, 
     else linear_f32_tiled_kernel<false, false><<<grid, 256, 0, stream>>>(a);
   }
   FT_CUDA_CHECK_LAUNCH();
+  if (split) {
+    linear_f32_fold_kernel<<<static_cast<unsigned>((rows * L.out + 255) / 256), 256, 0, stream>>>(a, blocks);
+    FT_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace ft::cuda
