@@ -2,6 +2,8 @@
 // Command line of flashtier-cpu-expert-worker.
 #include <string>
 
+#include "shared/core/cpu_relax.h"
+
 namespace ft::cew {
 
 struct WorkerOptions {
@@ -12,7 +14,7 @@ struct WorkerOptions {
   int threads = 0;                          // 0: one per physical core minus one
   unsigned ring_channels = 8;
   unsigned ring_max_tokens = 256;
-  unsigned spin_us = 2000;
+  unsigned spin_us = static_cast<unsigned>(kTierSpin.count());
   bool rebuild = false;
   bool remove_segment = false;
   std::string ready_file;

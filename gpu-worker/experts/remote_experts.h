@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gpu-worker/experts/address.h"
+#include "shared/core/cpu_relax.h"
 #include "shared/engine/expert_backend.h"
 #include "shared/ipc/expert_batch.h"
 #include "shared/model/config.h"
@@ -35,7 +36,7 @@ struct RemoteExpertsOptions {
   std::chrono::milliseconds timeout{30000};          // one compute() call
   std::chrono::milliseconds connect_timeout{2000};   // reaching a gRPC worker
   std::chrono::milliseconds retry_every{200};        // reconnect attempts while the worker is down
-  std::chrono::microseconds ring_spin{2000};         // busy-wait on the ring before sleeping
+  std::chrono::microseconds ring_spin = kTierSpin;  // busy-wait on the ring before sleeping
   // What the worker must serve (0 / empty: not checked). A mismatch fails the connection, so a
   // worker started on another model can never feed wrong experts into this one.
   uint32_t hidden = 0, n_experts = 0;

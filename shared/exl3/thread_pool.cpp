@@ -43,19 +43,15 @@ void pin_to(int cpu) {
   pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
-// A worker polls this long for the next job before it sleeps: MoE layers of one decode step
-// follow each other within about a millisecond (the GPU's attention between them), and sleeping
-// through that gap costs each call a futex wake of every worker. 2 ms covers the gap, so a step's
-// layers never sleep; an idle pool sleeps 2 ms after its last job (measured, H100 host, session
-// 14: 200 µs → 2 ms with the ring's spin took C1 from 48.4/52.9 to 41.3/44.3 ms and C4 from
-// 114.0/119.6 to 97.4/96.5 ms, docs/perf.md). FLASHTIER_POOL_SPIN_US sets it (0: sleep at once).
+// A worker polls this long for the next job before it sleeps (ft::kTierSpin: a step's layers never
+// sleep). FLASHTIER_POOL_SPIN_US sets it (0: sleep at once).
 std::chrono::microseconds spin_time() {
   static const std::chrono::microseconds t = [] {
     const char* v = std::getenv("FLASHTIER_POOL_SPIN_US");
-    if (!v || !*v) return std::chrono::microseconds(2000);
+    if (!v || !*v) return kTierSpin;
     char* end = nullptr;
     const long us = std::strtol(v, &end, 10);
-    return std::chrono::microseconds(end && *end == 0 && us >= 0 ? us : 2000);
+    return end && *end == 0 && us >= 0 ? std::chrono::microseconds(us) : kTierSpin;
   }();
   return t;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shared/core/cpu_relax.h"
 #include "shared/core/error.h"
 #include "shared/ipc/expert_batch.h"
 #include "shared/ipc/shm.h"
@@ -19,7 +20,7 @@ class PeerLost : public Error {
 };
 
 struct RingClientOptions {
-  std::chrono::microseconds spin{2000};      // busy-wait for the answer before sleeping on the futex
+  std::chrono::microseconds spin = kTierSpin;  // busy-wait for the answer before sleeping on the futex
   std::chrono::milliseconds timeout{30000};  // whole request
   std::chrono::milliseconds check_every{10}; // futex sleep slice between liveness checks
   // A worker in another pid namespace is judged by its heartbeat (it beats every 5 ms).

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "shared/core/cpu_relax.h"
 #include "shared/ipc/expert_batch.h"
 #include "shared/ipc/shm.h"
 
@@ -33,7 +34,7 @@ struct ChannelStats {
 };
 
 struct RingServerOptions {
-  std::chrono::microseconds spin{2000};           // busy-poll after the last request before sleeping (a step's layers are ≤ 2 ms apart)
+  std::chrono::microseconds spin = kTierSpin;     // busy-poll after the last request before sleeping
   std::chrono::milliseconds heartbeat_period{5};
 };
 

@@ -360,6 +360,31 @@ struct F32Shape {
   bool bf16;
 };
 
+// A weight on the device in both storages (fp32, and bf16 — exact when the values are
+// bf16-valued) with a bias, and the LinearF32 over either.
+struct F32Weights {
+  DevBuf<float> w32;
+  DevBuf<uint16_t> w16;
+  std::vector<float> bias_h;
+  DevBuf<float> bias;
+  static std::vector<uint16_t> to_bf16(const std::vector<float>& W) {
+    std::vector<uint16_t> h(W.size());
+    for (size_t i = 0; i < W.size(); ++i) h[i] = f32_to_bf16(W[i]);
+    return h;
+  }
+  F32Weights(const std::vector<float>& W, int64_t out, uint64_t bias_seed)
+      : w32(W), w16(to_bf16(W)), bias_h(randn(out, bias_seed)), bias(bias_h) {}
+  LinearF32 linear(const F32Shape& s, bool with_bias) const {
+    LinearF32 L;
+    L.out = s.out;
+    L.in = s.in;
+    L.w_bf16 = s.bf16;
+    L.w = s.bf16 ? static_cast<const void*>(w16.get()) : static_cast<const void*>(w32.get());
+    if (with_bias) L.bias = bias.get();
+    return L;
+  }
+};
+
 TEST_F(GpuLinearF32, MatchesMatvecAndIsBatchInvariant) {
   for (const F32Shape s : {F32Shape{24, 16384, true}, F32Shape{24, 16384, false}, F32Shape{288, 4096, false},
                            F32Shape{32, 4096, true}, F32Shape{64, 4096, false}, F32Shape{24, 64, false},
@@ -445,19 +470,8 @@ TEST_F(GpuLinearF32, SplittingKOverBlocksGivesTheSameBits) {
     const F32Shape s = c.s;
     const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + (s.bf16 ? " bf16" : " fp32") +
                              (c.ld_x != s.in ? " unaligned" : "") + (c.bias ? " bias" : "");
-    const std::vector<float> W = test::lin::fast_uniform(s.out * s.in, 31 + s.in, 0.05f, s.bf16);
-    std::vector<uint16_t> h(W.size());
-    for (size_t i = 0; i < W.size(); ++i) h[i] = f32_to_bf16(W[i]);
-    DevBuf<float> w32(W);
-    DevBuf<uint16_t> w16(h);
-    const std::vector<float> bias = randn(s.out, 13);
-    DevBuf<float> b(bias);
-    LinearF32 L;
-    L.out = s.out;
-    L.in = s.in;
-    L.w_bf16 = s.bf16;
-    L.w = s.bf16 ? static_cast<const void*>(w16.get()) : static_cast<const void*>(w32.get());
-    if (c.bias) L.bias = b.get();
+    const F32Weights w(test::lin::fast_uniform(s.out * s.in, 31 + s.in, 0.05f, s.bf16), s.out, 13);
+    const LinearF32 L = w.linear(s, c.bias);
     for (int64_t rows : {9, 64, 100, 512, 1000}) {
       const std::vector<float> X = randn(rows * c.ld_x, 17 + rows), Y0 = randn(rows * s.out, 19 + rows);
       DevBuf<float> x(X);
@@ -489,20 +503,9 @@ TEST_F(GpuLinearF32, SplittingKOverBlocksGivesTheSameBits) {
 TEST_F(GpuLinearF32, BiasAndAccumulateFollowTheStoredValueOrder) {
   for (const F32Shape s : {F32Shape{40, 96, false}, F32Shape{300, 2048, true}, F32Shape{9, 17, false}}) {
     const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in);
-    const std::vector<float> W = test::lin::fast_uniform(s.out * s.in, 7 + s.in, 0.05f, true);
-    std::vector<uint16_t> h(W.size());
-    for (size_t i = 0; i < W.size(); ++i) h[i] = f32_to_bf16(W[i]);  // bf16-valued: exact
-    DevBuf<float> w32(W);
-    DevBuf<uint16_t> w16(h);
-    const std::vector<float> bias = randn(s.out, 11);
-    DevBuf<float> b(bias);
-    LinearF32 plain;
-    plain.out = s.out;
-    plain.in = s.in;
-    plain.w_bf16 = s.bf16;
-    plain.w = s.bf16 ? static_cast<const void*>(w16.get()) : static_cast<const void*>(w32.get());
-    LinearF32 biased = plain;
-    biased.bias = b.get();
+    const F32Weights w(test::lin::fast_uniform(s.out * s.in, 7 + s.in, 0.05f, true), s.out, 11);  // bf16-valued
+    const LinearF32 plain = w.linear(s, false), biased = w.linear(s, true);
+    const std::vector<float>& bias = w.bias_h;
     for (int64_t rows : {1, 6, 70}) {
       const std::vector<float> X = randn(rows * s.in, 3 + rows), Y0 = randn(rows * s.out, 5 + rows);
       DevBuf<float> x(X), y_plain(rows * s.out), y_bias(rows * s.out), y_acc(Y0);
