@@ -12,10 +12,13 @@
 //     comparison, in VRAM): trellis GB/s against the measured PCIe read bandwidth; with
 //     --moe-memory, for each host backing (heap, THP, 4 KB, hugetlb, /dev/shm file: host_backing.h)
 //     also the PCIe probe with its pieces scattered in runs of 2 KB … 2 MB (page locality);
+//   * grouped MoE at prefill sizes (512…8192 tokens, top-8 of 128 experts, VRAM and zero-copy):
+//     every expert in 32-row batches against the default (crowded experts in the prefill form);
 //   * prefill: exl3_linear at 512…8192 rows, TFLOP/s against cuBLASLt bf16 on the dense shape.
 // Tables in markdown at the end. --quick: fewer shapes and repetitions (≈ 1 minute);
-// --only gemv,moe,prefill: those sections alone.
-// Memory: ≤ 3 GB on the GPU, ≤ 1.5 GB pinned host memory.
+// --only gemv,moe,moeprefill,prefill: those sections alone.
+// Memory: ≤ 7 GB on the GPU (the MoE prefill section's 8192-token workspace), ≤ 1.5 GB pinned
+// host memory.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -53,7 +57,7 @@ using ft::cuda::bench::split_list;
 
 struct Opts {
   bool quick = false;
-  std::vector<std::string> sections = {"gemv", "moe", "prefill"};
+  std::vector<std::string> sections = {"gemv", "moe", "moeprefill", "prefill"};
   std::vector<std::string> moe_memory = {"malloc"};
   bool wants(const std::string& s) const { return std::find(sections.begin(), sections.end(), s) != sections.end(); }
 };
@@ -351,14 +355,19 @@ void fill_block(uint8_t* dst, const ft::exl3::ExpertBlockHeader& h, uint64_t see
   }
 }
 
+// The routed expert's block at K = 3 MUL1 for all three projections (the real model's layout).
+ft::exl3::ExpertBlockHeader k3_expert_block(int64_t D, int64_t I) {
+  ft::exl3::ExpertGeometry g;
+  g.hidden = D, g.inter = I;
+  for (int p = 0; p < 3; ++p) g.K[p] = 3, g.codebook[p] = Codebook::Mul1;
+  return ft::exl3::plan_expert_block(g);
+}
+
 std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, const std::string& backing, bool with_vram,
                               double* pcie_out) {
   const int64_t D = 4096, I = 2048;
   const int E = o.quick ? 24 : 64, top_k = 8;
-  ft::exl3::ExpertGeometry g;
-  g.hidden = D, g.inter = I;
-  for (int p = 0; p < 3; ++p) g.K[p] = 3, g.codebook[p] = Codebook::Mul1;
-  const ft::exl3::ExpertBlockHeader h = ft::exl3::plan_expert_block(g);
+  const ft::exl3::ExpertBlockHeader h = k3_expert_block(D, I);
   const size_t bytes = h.block_bytes * E;
   ft::bench::HostBacking mem(backing, bytes, [&](unsigned char* p, size_t) {
     for (int e = 0; e < E; ++e) fill_block(p + e * h.block_bytes, h, 100 + e);
@@ -502,6 +511,114 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, const std::string&
 }
 
 // ---------------------------------------------------------------------------------------------
+// The grouped MoE at prefill sizes: the same calls with every expert in 32-row batches and with
+// experts of more than 32 picks in 128-row tiles (the prefill form).
+struct MoePrefillRow {
+  std::string where;
+  int tokens;
+  double picks_per_expert, batched_ms, default_ms, batched_tflops, default_tflops;
+};
+
+std::vector<MoePrefillRow> bench_moe_prefill(const Opts& o) {
+  const int64_t D = 4096, I = 2048;
+  const int E = o.quick ? 64 : 128, top_k = 8;
+  const ft::exl3::ExpertBlockHeader h = k3_expert_block(D, I);
+  const size_t bytes = h.block_bytes * E;
+  ft::bench::HostBacking mem("malloc", bytes, [&](unsigned char* p, size_t) {
+    for (int e = 0; e < E; ++e) fill_block(p + e * h.block_bytes, h, 300 + e);
+  });
+  const uint8_t* host = mem.data();
+  void* mapped = exl3_map_host_experts(mem.data(), bytes);
+  auto* vram = dev_alloc<unsigned char>(bytes);
+  FT_CUDA_CHECK(cudaMemcpy(vram, host, bytes, cudaMemcpyHostToDevice));
+  Exl3MoeLayer geo = exl3_moe_geometry(host, E);
+  std::vector<Exl3ExpertPtrs> th(E), tv(E);
+  for (int e = 0; e < E; ++e) {
+    th[e] = exl3_expert_ptrs(host + e * h.block_bytes, static_cast<unsigned char*>(mapped) + e * h.block_bytes);
+    tv[e] = exl3_expert_ptrs(host + e * h.block_bytes, vram + e * h.block_bytes);
+  }
+  auto* dth = dev_alloc<Exl3ExpertPtrs>(E);
+  auto* dtv = dev_alloc<Exl3ExpertPtrs>(E);
+  FT_CUDA_CHECK(cudaMemcpy(dth, th.data(), E * sizeof(Exl3ExpertPtrs), cudaMemcpyHostToDevice));
+  FT_CUDA_CHECK(cudaMemcpy(dtv, tv.data(), E * sizeof(Exl3ExpertPtrs), cudaMemcpyHostToDevice));
+  const std::vector<int> token_counts = o.quick ? std::vector<int>{512, 2048} : std::vector<int>{512, 2048, 8192};
+  const int max_n = token_counts.back();
+  auto* x = dev_alloc<float>(static_cast<size_t>(max_n) * D);
+  {
+    const std::vector<float> xh = randn(static_cast<size_t>(max_n) * D, 7);
+    FT_CUDA_CHECK(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
+  }
+  auto* Y = dev_alloc<float>(static_cast<size_t>(max_n) * top_k * D);
+  const size_t wsb = exl3_moe_workspace_bytes(geo, max_n, top_k);
+  auto* ws = dev_alloc<unsigned char>(wsb);
+  exl3_moe_workspace_init(ws, wsb, nullptr);
+  auto* d_exp = dev_alloc<int32_t>(static_cast<size_t>(max_n) * top_k);
+  auto* d_w = dev_alloc<float>(static_cast<size_t>(max_n) * top_k);
+  auto* d_off = dev_alloc<int32_t>(E + 1);
+  auto* d_sorted = dev_alloc<int32_t>(static_cast<size_t>(max_n) * top_k);
+  auto* d_active = dev_alloc<int32_t>(E);
+  auto* d_nact = dev_alloc<int32_t>(1);
+  std::mt19937_64 rng(11);
+  Timer tm;
+  std::vector<MoePrefillRow> rows;
+  for (int n : token_counts) {
+    std::vector<int32_t> exp, off(E + 1, 0), sorted, active;
+    for (int t = 0; t < n; ++t) {
+      std::vector<int32_t> all(E);
+      for (int e = 0; e < E; ++e) all[e] = e;
+      std::shuffle(all.begin(), all.end(), rng);
+      std::sort(all.begin(), all.begin() + top_k);
+      exp.insert(exp.end(), all.begin(), all.begin() + top_k);
+    }
+    for (int32_t e : exp) ++off[e + 1];
+    for (int e = 0; e < E; ++e) off[e + 1] += off[e];
+    std::vector<int32_t> fill(off.begin(), off.end() - 1);
+    sorted.resize(exp.size());
+    for (size_t p = 0; p < exp.size(); ++p) sorted[fill[exp[p]]++] = static_cast<int32_t>(p);
+    for (int e = 0; e < E; ++e)
+      if (off[e + 1] > off[e]) active.push_back(e);
+    const int32_t na = static_cast<int32_t>(active.size());
+    FT_CUDA_CHECK(cudaMemcpy(d_exp, exp.data(), exp.size() * 4, cudaMemcpyHostToDevice));
+    FT_CUDA_CHECK(cudaMemcpy(d_off, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
+    FT_CUDA_CHECK(cudaMemcpy(d_sorted, sorted.data(), sorted.size() * 4, cudaMemcpyHostToDevice));
+    FT_CUDA_CHECK(cudaMemcpy(d_active, active.data(), active.size() * 4, cudaMemcpyHostToDevice));
+    FT_CUDA_CHECK(cudaMemcpy(d_nact, &na, 4, cudaMemcpyHostToDevice));
+    MoeRoutes r;
+    r.expert = d_exp, r.weight = d_w, r.n = n, r.top_k = top_k;
+    MoeDispatch d;
+    d.offsets = d_off, d.sorted_pick = d_sorted, d.active = d_active, d.n_active = d_nact;
+    const double flop = 2.0 * n * top_k * 3.0 * static_cast<double>(D * I);
+    for (int host_side = 0; host_side < 2; ++host_side) {
+      MoePrefillRow row;
+      row.where = host_side ? "mapped host (zero-copy)" : "VRAM";
+      row.tokens = n;
+      row.picks_per_expert = static_cast<double>(n) * top_k / std::max(1, na);
+      geo.table = host_side ? dth : dtv;
+      const int calls = n >= 8192 ? 2 : 4;
+      for (int form = 0; form < 2; ++form) {
+        geo.gemm_min_picks = form == 0 ? std::numeric_limits<int>::max() : 33;  // 33: more than one batch
+        const double us = tm.us_per_call(calls, [&](int) { exl3_moe_experts(geo, r, d, x, D, 10.0f, Y, ws, nullptr); });
+        (form == 0 ? row.batched_ms : row.default_ms) = us * 1e-3;
+        (form == 0 ? row.batched_tflops : row.default_tflops) = flop / (us * 1e6);
+      }
+      rows.push_back(row);
+      std::printf("moe prefill %-24s %5d tokens (%.0f picks/expert): 32-row batches %8.2f ms %6.1f TFLOP/s, "
+                  "with the prefill form %8.2f ms %6.1f TFLOP/s (%.2fx)\n",
+                  row.where.c_str(), n, row.picks_per_expert, row.batched_ms, row.batched_tflops, row.default_ms,
+                  row.default_tflops, row.batched_ms / row.default_ms);
+      std::fflush(stdout);
+    }
+  }
+  for (void* p : {static_cast<void*>(vram), static_cast<void*>(dth), static_cast<void*>(dtv), static_cast<void*>(x),
+                  static_cast<void*>(Y), static_cast<void*>(ws), static_cast<void*>(d_exp), static_cast<void*>(d_w),
+                  static_cast<void*>(d_off), static_cast<void*>(d_sorted), static_cast<void*>(d_active),
+                  static_cast<void*>(d_nact)})
+    FT_CUDA_CHECK(cudaFree(p));
+  exl3_unmap_host_experts(mem.data());
+  return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
 struct PrefillRow {
   std::string shape;
   int K;
@@ -582,7 +699,7 @@ int main(int argc, char** argv) {
     else if (a == "--moe-memory" && i + 1 < argc) o.moe_memory = split_list(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: flashtier-bench-exl3 [--quick] [--only gemv,moe,prefill] "
+                   "usage: flashtier-bench-exl3 [--quick] [--only gemv,moe,moeprefill,prefill] "
                    "[--moe-memory malloc,thp,4k,hugetlb,shm]\n");
       return 2;
     }
@@ -631,6 +748,8 @@ int main(int argc, char** argv) {
           std::printf("[%s] skipped: %s\n", o.moe_memory[m].c_str(), e.what());
         }
       }
+    const std::vector<MoePrefillRow> moe_pre =
+        o.wants("moeprefill") ? bench_moe_prefill(o) : std::vector<MoePrefillRow>{};
     const std::vector<PrefillRow> pre = o.wants("prefill") ? bench_prefill(o) : std::vector<PrefillRow>{};
 
     std::printf("\n## EXL3 GPU benchmark (%s)\n\n", dev.name.c_str());
@@ -654,6 +773,14 @@ int main(int argc, char** argv) {
     for (const MoeRow& r : moe)
       std::printf("| %s | %d | %d | %.1f | %.1f | %.1f%% of %s |\n", r.where.c_str(), r.n, r.experts, r.us, r.gbs,
                   r.pct, r.host ? "PCIe" : "HBM");
+    std::printf("\n### Grouped MoE at prefill (D 4096, I 2048, K 3 MUL1, top-8 of %d experts, uniform picks)\n\n",
+                o.quick ? 64 : 128);
+    std::printf("| experts in | tokens | picks per expert | 32-row batches ms | TFLOP/s | with the prefill form ms | "
+                "TFLOP/s | speed-up |\n|---|---|---|---|---|---|---|---|\n");
+    for (const MoePrefillRow& r : moe_pre)
+      std::printf("| %s | %d | %.0f | %.2f | %.1f | %.2f | %.1f | %.2fx |\n", r.where.c_str(), r.tokens,
+                  r.picks_per_expert, r.batched_ms, r.batched_tflops, r.default_ms, r.default_tflops,
+                  r.batched_ms / r.default_ms);
     std::printf("\n### Prefill (exl3_linear, K 3 MUL1) vs cuBLASLt bf16 on the dense shape\n\n");
     std::printf("| shape | rows | µs | TFLOP/s | cuBLASLt bf16 TFLOP/s | %% |\n|---|---|---|---|---|---|\n");
     for (const PrefillRow& r : pre)

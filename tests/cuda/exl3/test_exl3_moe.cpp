@@ -3,12 +3,14 @@
 // linears + the SwiGLU transform bit for bit; the combined token outputs agree with the CPU
 // expert tier (ExpertRunner with the GPU operand rounding) to accumulation order (max rel diff
 // printed); padded intermediate widths; experts with more than one 32-row batch; both the
-// split-K (≤ 64 picks) and the whole-input (more picks) orders of work.
+// split-K (≤ 64 picks) and the whole-input (more picks) orders of work; the prefill form (128-row
+// tiles for crowded experts) gives the 32-row form's bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
 #include "gpu-worker/backends/cuda/exl3/moe.h"
@@ -127,11 +129,13 @@ struct MoeRun {
     d.offsets = offsets.get(), d.sorted_pick = sorted.get(), d.active = active.get(), d.n_active = n_active.get();
   }
   // On this run's own workspace, or on `shared` (zeroed once, used before by other runs).
+  // gemm_min_picks: the layer's choice of form (moe.h; −1 the default).
   std::vector<float> run(const Layer& L, const std::vector<int>& where, const std::vector<float>& x,
-                         void* shared = nullptr) {
+                         void* shared = nullptr, int gemm_min_picks = -1) {
     DevBuf<cuda::Exl3ExpertPtrs> table(L.table(where));
     cuda::Exl3MoeLayer geo = L.geo;
     geo.table = table.get();
+    geo.gemm_min_picks = gemm_min_picks;
     DevBuf<float> dx(x), Y(static_cast<size_t>(r.n * r.top_k * L.D));
     cuda::exl3_moe_experts(geo, r, d, dx.get(), L.D, kLimit, Y.get(), shared ? shared : ws.get(), nullptr);
     return Y.download();
@@ -235,10 +239,10 @@ void check_layer(Layer& L, const Routes& R, const char* what, uint64_t seed) {
 }
 
 // Three separate linears + the SwiGLU transform, per expert, give the MoE's rows bit for bit.
-void check_separate_linears(Layer& L, const Routes& R, uint64_t seed) {
+void check_separate_linears(Layer& L, const Routes& R, uint64_t seed, int gemm_min_picks = -1) {
   const std::vector<float> x = randn(static_cast<size_t>(R.n * L.D), seed);
   MoeRun m(L, R);
-  const std::vector<float> y = m.run(L, std::vector<int>(L.E, 0), x);
+  const std::vector<float> y = m.run(L, std::vector<int>(L.E, 0), x, nullptr, gemm_min_picks);
   const int64_t Ip = ft::exl3::pad128(L.I);
   size_t bad = 0, checked = 0;
   for (int e = 0; e < L.E; ++e) {
@@ -413,6 +417,61 @@ TEST_F(Exl3GpuMoe, RealWidthsPrefillStepReadsTheSameBitsAnywhere) {
   size_t finite = 0;
   for (float v : yv) finite += std::isfinite(v);
   EXPECT_EQ(finite, yv.size()) << "unwritten or non-finite rows";
+}
+
+// The prefill form (experts with more than 32 picks in 128-row tiles) gives every row the bits
+// of the 32-row batches, from VRAM, mapped host memory or a mix, with every expert in either
+// form or split between them (more than 32 picks: the prefill form). Picks crowd the first experts: several 128-row
+// tiles, a short last tile, experts with 1…32 picks beside them; the padded intermediate width
+// leaves the down projection's input short of its last 128-block and gate/up's last output block
+// partly stored.
+void check_forms(const Layer& L, int64_t n, int top_k, uint64_t seed) {
+  Routes R(n, top_k, L.E, seed, true);  // crowd: every token picks experts 0 … top_k−1
+  // Spread a third of the tokens' last pick over the other experts (1…32 picks each).
+  for (int64_t t = 0; t < n; t += 3) R.expert[t * top_k + top_k - 1] = top_k + static_cast<int32_t>(t % (L.E - top_k));
+  for (int64_t t = 0; t < n; ++t) std::sort(R.expert.begin() + t * top_k, R.expert.begin() + (t + 1) * top_k);
+  R.active.clear();
+  R.dispatch(L.E);
+  const std::vector<float> x = randn(static_cast<size_t>(n * L.D), seed + 1);
+  MoeRun m(L, R);
+  std::vector<int> vram(L.E, 0), host(L.E, 1), mixed(L.E);
+  for (int e = 0; e < L.E; ++e) mixed[e] = e % 2;
+  constexpr int kBatchesOnly = std::numeric_limits<int>::max(), kPrefillOnly = 1, kCrowded = 33;
+  const std::vector<float> want = m.run(L, vram, x, nullptr, kBatchesOnly);
+  const size_t N = want.size();
+  size_t finite = 0;
+  for (float v : want) finite += std::isfinite(v);
+  EXPECT_EQ(finite, N) << "unwritten or non-finite rows";
+  int crowded = 0;
+  for (int e = 0; e < L.E; ++e) crowded += R.offsets[e + 1] - R.offsets[e] > 32;
+  EXPECT_GE(crowded, 2) << "the routes must crowd some experts";
+  EXPECT_EQ(bit_mismatches(want.data(), m.run(L, vram, x).data(), N), 0u) << "the default, VRAM";
+  EXPECT_EQ(bit_mismatches(want.data(), m.run(L, vram, x, nullptr, kCrowded).data(), N), 0u) << "split of forms, VRAM";
+  EXPECT_EQ(bit_mismatches(want.data(), m.run(L, host, x, nullptr, kCrowded).data(), N), 0u) << "split of forms, host";
+  EXPECT_EQ(bit_mismatches(want.data(), m.run(L, mixed, x, nullptr, kCrowded).data(), N), 0u)
+      << "split of forms, mixed";
+  EXPECT_EQ(bit_mismatches(want.data(), m.run(L, vram, x, nullptr, kPrefillOnly).data(), N), 0u)
+      << "prefill form only, VRAM";
+  EXPECT_EQ(bit_mismatches(want.data(), m.run(L, mixed, x, nullptr, kPrefillOnly).data(), N), 0u)
+      << "prefill form only, mixed";
+  EXPECT_EQ(bit_mismatches(want.data(), m.run(L, host, x, nullptr, kBatchesOnly).data(), N), 0u)
+      << "32-row batches only, host";
+}
+
+TEST_F(Exl3GpuMoe, PrefillFormGivesTheBatchedBits) {
+  Layer L(256, 200, 10, {3, 3, 4}, {Codebook::Mul1, Codebook::Mul1, Codebook::Mcg}, 71);
+  check_forms(L, 300, 3, 72);  // experts 0, 1: 300 picks (3 tiles, the last short); 2: ~200
+}
+
+TEST_F(Exl3GpuMoe, PrefillFormGateUpDifferentK) {
+  Layer L(384, 256, 6, {2, 5, 3}, {Codebook::Inst3, Codebook::Mul1, Codebook::Mul1}, 81);
+  check_forms(L, 140, 2, 82);
+  check_separate_linears(L, Routes(150, 2, L.E, 83, true), 84, 33);  // 150 rows each: the prefill form
+}
+
+TEST_F(Exl3GpuMoe, RealWidthsPrefillFormGivesTheBatchedBits) {
+  Layer L(4096, 2048, 16, {3, 3, 3}, {Codebook::Mul1, Codebook::Mul1, Codebook::Mul1}, 91);
+  check_forms(L, 160, 8, 92);
 }
 
 TEST_F(Exl3GpuMoe, RealWidths) {

@@ -32,41 +32,43 @@ constexpr size_t gemm_smem_bytes() {
 // swap their two 64-byte halves so one quarter-warp's rows 2m, 2m+1 use different banks.
 __device__ __forceinline__ int gemm_x_chunk(int n, int c) { return n * 8 + (c ^ ((n & 1) << 2)); }
 
+// The main loop of one 128-column block × 128 rows: tot[h][g][i] of warp (w % 4 = the pair,
+// w / 4 = the 64-row half) for rows [row0, row0 + 128) of xh; rows at or past row_end read zeros.
+// `blk_trellis`: the block's first pair's packed stream (trellis + 4·blk·pair_dwords). Every
+// thread of the CTA calls it; it ends with the CTA's stages drained and synchronised.
 template <int K, int CB>
-__global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const LinearArgs p) {
+__device__ __forceinline__ void gemm_block_sums(const uint32_t* __restrict__ blk_trellis, int64_t pair_dwords,
+                                                const __half* __restrict__ xh, int64_t in_p, int64_t row0,
+                                                int64_t row_end, int kc_steps, uint32_t* smem,
+                                                float (&tot)[2][8][4]) {
   constexpr int kStep = LaneBits<K>::kStepDwords;
   constexpr int kW = gemm_w_dwords<K>();
   constexpr int kStage = kW + kGemmXDwords;
   constexpr int kPairStage = kGemmSteps * kStep;  // one pair's dwords in a stage
-  extern __shared__ __align__(16) uint32_t smem_raw[];
-  uint32_t* const smem = smem_align128(smem_raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int pw = warp & 3, th = warp >> 2;
-  const int blk = static_cast<int>(blockIdx.x % p.nblk);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x / p.nblk) * kGemmRows;
-  const int64_t pair_dwords = p.in_p / 16 * kStep;
-  const int n_stages = static_cast<int>(p.in_p / 16 / kGemmSteps);
+  const int n_stages = static_cast<int>(in_p / 16 / kGemmSteps);
 
   auto issue = [&](int s) {
     uint32_t* buf = smem + (s % kGemmStages) * kStage;
     for (int q = tid; q < 4 * kPairStage / 4; q += kGemmWarps * 32) {
       const int pp = q / (kPairStage / 4), qq = q - pp * (kPairStage / 4);
-      const uint32_t* src = p.trellis + (4 * blk + pp) * pair_dwords + static_cast<int64_t>(s) * kPairStage + qq * 4;
+      const uint32_t* src = blk_trellis + pp * pair_dwords + static_cast<int64_t>(s) * kPairStage + qq * 4;
       cp_async16(buf + pp * kPairStage + qq * 4, src);
     }
     uint32_t* xb = buf + kW;
     for (int q = tid; q < kGemmRows * 8; q += kGemmWarps * 32) {
       const int n = q >> 3, c = q & 7;
       const int64_t row = row0 + n;
-      const bool valid = row < p.rows;
-      const __half* src = p.xh + (valid ? row : 0) * p.in_p + static_cast<int64_t>(s) * 64 + 8 * c;
+      const bool valid = row < row_end;
+      const __half* src = xh + (valid ? row : row0) * in_p + static_cast<int64_t>(s) * 64 + 8 * c;
       cp_async16_zfill(xb + gemm_x_chunk(n, c) * 4, src, valid);
     }
   };
 
   LaneGeom<K> geo;
   geo.init(lane);
-  float acc[2][8][4], tot[2][8][4];
+  float acc[2][8][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -79,7 +81,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const Lin
     if (s < n_stages) issue(s);
     cp_async_commit();
   }
-  const int kc_stages = p.kc_steps / kGemmSteps;
+  const int kc_stages = kc_steps / kGemmSteps;
   for (int st = 0; st < n_stages; ++st) {
     if (st + kGemmStages - 1 < n_stages) issue(st + kGemmStages - 1);
     cp_async_commit();
@@ -121,11 +123,22 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const Lin
   }
   cp_async_wait<0>();
   __syncthreads();
+}
 
+// The output transform of the block's first `nrows` rows (finish_row, so the skinny kernel's
+// bits), through a [64][128] tile in shared memory, one 64-row half at a time. svh and bias are
+// the block's (already offset by its first column); row_scale[r] and dst(r) (the output row's
+// first column of the block) by local row r. Ends synchronised: smem may be reused at once.
+template <class Dst>
+__device__ __forceinline__ void gemm_block_store(const float (&tot)[2][8][4], uint32_t* smem, int nrows,
+                                                 const __half* __restrict__ svh, const float* __restrict__ bias,
+                                                 const float* __restrict__ row_scale, Dst dst, int valid,
+                                                 bool accumulate) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int pw = warp & 3, th = warp >> 2;
   float* tile = reinterpret_cast<float*>(smem);  // [64][128]
-  const int64_t col0 = 128 * static_cast<int64_t>(blk);
-  const int valid = static_cast<int>(p.out - col0 < 128 ? p.out - col0 : 128);
   for (int half = 0; half < 2; ++half) {
+    if (64 * half >= nrows) break;  // uniform over the CTA
     if (th == half) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -136,15 +149,33 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const Lin
     }
     __syncthreads();
     for (int r = warp; r < 64; r += kGemmWarps) {
-      const int64_t row = row0 + 64 * half + r;
-      if (row >= p.rows) break;
+      const int row = 64 * half + r;
+      if (row >= nrows) break;
       const float4 z = *reinterpret_cast<const float4*>(tile + r * 128 + 4 * lane);
       float v[4] = {z.x, z.y, z.z, z.w};
-      finish_row(v, lane, p.svh + col0, p.bias ? p.bias + col0 : nullptr, p.row_scale[row], p.y + row * p.ld_y + col0,
-                 valid, p.accumulate != 0);
+      finish_row(v, lane, svh, bias, row_scale[row], dst(row), valid, accumulate);
     }
     __syncthreads();
   }
+}
+
+template <int K, int CB>
+__global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const LinearArgs p) {
+  extern __shared__ __align__(16) uint32_t smem_raw[];
+  uint32_t* const smem = smem_align128(smem_raw);
+  const int blk = static_cast<int>(blockIdx.x % p.nblk);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x / p.nblk) * kGemmRows;
+  const int64_t pair_dwords = p.in_p / 16 * LaneBits<K>::kStepDwords;
+  float tot[2][8][4];
+  gemm_block_sums<K, CB>(p.trellis + 4 * blk * pair_dwords, pair_dwords, p.xh, p.in_p, row0, p.rows, p.kc_steps,
+                         smem, tot);
+  const int64_t col0 = 128 * static_cast<int64_t>(blk);
+  const int valid = static_cast<int>(p.out - col0 < 128 ? p.out - col0 : 128);
+  const int nrows = static_cast<int>(p.rows - row0 < kGemmRows ? p.rows - row0 : kGemmRows);
+  float* const y = p.y + row0 * p.ld_y + col0;
+  const int64_t ld_y = p.ld_y;
+  gemm_block_store(tot, smem, nrows, p.svh + col0, p.bias ? p.bias + col0 : nullptr, p.row_scale + row0,
+                   [&](int r) { return y + r * ld_y; }, valid, p.accumulate != 0);
 }
 
 template <int K, int CB>

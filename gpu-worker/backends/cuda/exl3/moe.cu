@@ -1,13 +1,14 @@
 // Grouped EXL3 MoE (moe.h): expert tables, zero-copy mapping, the two transform kernels and the
 // launch sequence. The matmul kernel is moe_kernel.cuh.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
 #include "gpu-worker/backends/cuda/exl3/launch_util.h"
 #include "gpu-worker/backends/cuda/exl3/moe.h"
-#include "gpu-worker/backends/cuda/exl3/moe_kernel.cuh"
+#include "gpu-worker/backends/cuda/exl3/moe_gemm_kernel.cuh"
 #include "gpu-worker/backends/cuda/exl3/transform.cuh"
 #include "shared/core/error.h"
 #include "shared/exl3/expert_block.h"
@@ -94,6 +95,40 @@ void launch_moe_k(int K, int cb, int grid, const MoeArgs& a, cudaStream_t s) {
     case 6: return launch_moe<6>(cb, grid, a, s);
     case 7: return launch_moe<7>(cb, grid, a, s);
     default: return launch_moe<8>(cb, grid, a, s);
+  }
+}
+
+constexpr int kNoGemm = std::numeric_limits<int>::max();
+// The default stays the 32-row form until the prefill form's GPU tests have run on a GPU host
+// (written and compiled in session 15, no machine lent); then it becomes kMoeRows + 1.
+constexpr int kDefaultGemmFrom = kNoGemm;
+
+void launch_moe_gemm_k(int K, int cb, int grid, const MoeArgs& a, cudaStream_t s) {
+  switch (K) {
+    case 1: return launch_moe_gemm<1>(cb, grid, a, s);
+    case 2: return launch_moe_gemm<2>(cb, grid, a, s);
+    case 3: return launch_moe_gemm<3>(cb, grid, a, s);
+    case 4: return launch_moe_gemm<4>(cb, grid, a, s);
+    case 5: return launch_moe_gemm<5>(cb, grid, a, s);
+    case 6: return launch_moe_gemm<6>(cb, grid, a, s);
+    case 7: return launch_moe_gemm<7>(cb, grid, a, s);
+    default: return launch_moe_gemm<8>(cb, grid, a, s);
+  }
+}
+
+// One matmul of the layer over every dispatched pick: experts with at least gemm_from picks in
+// the prefill form (one CTA per SM: 256 threads of ~200–240 registers), the rest in 32-row
+// batches (8 CTAs per SM). Both grids are fixed; their items come from the dispatch.
+void launch_matmul(int K, int cb, int gemm_from, const MoeArgs& a, cudaStream_t s) {
+  if (gemm_from > 1) {
+    MoeArgs b = a;
+    b.max_rows = gemm_from - 1;
+    launch_moe_k(K, cb, 8 * exl3dev::sm_count(), b, s);
+  }
+  if (gemm_from != kNoGemm) {
+    MoeArgs g = a;
+    g.min_rows = gemm_from;
+    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g, s);
   }
 }
 
@@ -205,8 +240,6 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
       L.table, r.expert, d.sorted_pick, d.offsets + L.n_experts, r.top_k, x, ld_x, D, Dp, xh_gu, rs_gu, P);
   FT_CUDA_CHECK_LAUNCH();
 
-  // A fixed persistent grid: items are found in device memory.
-  const int grid = 8 * exl3dev::sm_count();
   MoeArgs a;
   a.table = L.table;
   a.offsets = d.offsets;
@@ -224,6 +257,8 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
   a.counters = reinterpret_cast<int*>(base + w.counters);
   a.partials = reinterpret_cast<float*>(base + w.partials);
   a.chunks = split ? static_cast<int>(Dp / exl3_k_chunk(Dp, Ip)) : 1;
+  // Experts with at least this many picks run the prefill form (never in split steps).
+  const int gemm_from = split ? kNoGemm : L.gemm_min_picks < 0 ? kDefaultGemmFrom : std::max(1, L.gemm_min_picks);
   const bool same = L.K[0] == L.K[1] && L.codebook[0] == L.codebook[1];
   for (int pj = 0; pj < 2; ++pj) {
     a.xh[pj] = xh_gu + pj * P * Dp;
@@ -233,14 +268,14 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
   if (same) {
     a.nproj = 2;
     a.proj[0] = ft::exl3::kGate, a.proj[1] = ft::exl3::kUp;
-    launch_moe_k(L.K[0], static_cast<int>(L.codebook[0]), grid, a, stream);
+    launch_matmul(L.K[0], static_cast<int>(L.codebook[0]), gemm_from, a, stream);
   } else {
     for (int pj = 0; pj < 2; ++pj) {
       MoeArgs b = a;
       b.nproj = 1;
       b.proj[0] = pj;
       b.xh[0] = a.xh[pj], b.row_scale[0] = a.row_scale[pj], b.out[0] = a.out[pj];
-      launch_moe_k(L.K[pj], static_cast<int>(L.codebook[pj]), grid, b, stream);
+      launch_matmul(L.K[pj], static_cast<int>(L.codebook[pj]), gemm_from, b, stream);
     }
   }
 
@@ -261,7 +296,7 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
   dn.out_cols = D;
   dn.kc_steps = exl3_k_chunk(Ip, Dp) / 16;
   dn.chunks = split ? static_cast<int>(Ip / exl3_k_chunk(Ip, Dp)) : 1;
-  launch_moe_k(L.K[2], static_cast<int>(L.codebook[2]), grid, dn, stream);
+  launch_matmul(L.K[2], static_cast<int>(L.codebook[2]), gemm_from, dn, stream);
 }
 
 }  // namespace ft::cuda

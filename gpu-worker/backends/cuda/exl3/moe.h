@@ -9,12 +9,14 @@
 // the same bits as three separate exl3 linears plus the SwiGLU kernel here, and the same bits
 // wherever its expert's bytes live.
 //
-// Per call: 4 launches (gate/up input transforms; gate/up matmuls; SwiGLU + down input
-// transform; down matmul), grids sized from n and top_k only (graph-capturable for a fixed n).
+// Per call: 4–6 launches (gate/up input transforms; gate/up matmuls; SwiGLU + down input
+// transform; down matmul; the matmuls in two forms where a step crowds some experts: 32-row
+// batches, and 128-row tiles for experts with more than 32 picks), grids sized from n and top_k
+// only (graph-capturable for a fixed n).
 // Up to 64 picks the matmuls also split K over CTAs (a batch-1 layer's 8 experts are too few
 // items otherwise); that changes which CTA adds the chunk sums, never their order or the bits.
-// Trellis bytes are read once per (expert, 32-row batch): 16-byte cp.async, 512 contiguous bytes
-// per warp instruction, ~6–8 KB in flight per warp.
+// Trellis bytes are read once per (expert, 32-row batch), or per 128-row tile in the prefill
+// form: 16-byte cp.async, 512 contiguous bytes per warp instruction, ~6–8 KB in flight per warp.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -45,6 +47,11 @@ struct Exl3MoeLayer {
   // Batches of at most this many picks split K over CTAs (−1: the default, 64; larger values
   // are capped at it). Any value gives the same bits; it only moves work between CTAs.
   int split_picks = -1;
+  // In steps that do not split K, experts with at least this many picks run the prefill form (a
+  // 128-row tile per decoded weight, exl3_moe_gemm_kernel) and the others 32-row batches (−1:
+  // the default — for now none, see moe.cu; 33 = more than one batch; 1: every expert). Any value
+  // gives the same bits.
+  int gemm_min_picks = -1;
 };
 
 // Geometry of a layer from one expert block (host view); throws ft::Error for a bad block.

@@ -32,11 +32,68 @@ struct MoeArgs {
   // Split K (small batches, where the items alone cannot fill the GPU): every chunk is an item,
   // chunk sums go to partials [nproj][chunks][P][out_p], the CTA completing a (batch, projection,
   // block) adds them left to right (counters [P·nproj·nblk], zero between launches).
+  // Only experts with min_rows … max_rows picks in this step are items of this launch (the
+  // prefill form takes the crowded ones, this kernel the rest).
+  int min_rows = 1, max_rows = 0x7fffffff;
   int chunks = 1;  // > 1: split
   int64_t P = 0;
   float* partials = nullptr;
   int* counters = nullptr;
 };
+
+// Row batches of `rows_per_batch` per active expert whose pick count lies in [p.min_rows,
+// p.max_rows] (0 for the others), as an exclusive scan: s_pre[i] = batches before active expert i,
+// s_pre[kMoeMaxExperts] = all. Every CTA computes it (≤ 1024 values); THREADS = the CTA's size.
+template <int THREADS>
+__device__ __forceinline__ void moe_batch_scan(const MoeArgs& p, int rows_per_batch, int* s_pre) {
+  __shared__ int s_warp[THREADS / 32];
+  constexpr int PER = kMoeMaxExperts / THREADS;
+  static_assert(PER * THREADS == kMoeMaxExperts, "the scan covers every expert");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = *p.n_active, base = threadIdx.x * PER;
+  int v[PER], sum = 0;
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = base + j;
+    int b = 0;
+    if (i < n) {
+      const int e = p.active[i];
+      const int rows = p.offsets[e + 1] - p.offsets[e];
+      if (rows >= p.min_rows && rows <= p.max_rows) b = (rows + rows_per_batch - 1) / rows_per_batch;
+    }
+    v[j] = b;
+    sum += b;
+  }
+  int x = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) s_warp[warp] = x;
+  __syncthreads();
+  int excl = x - sum;
+  for (int w = 0; w < warp; ++w) excl += s_warp[w];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    s_pre[base + j] = excl;
+    excl += v[j];
+  }
+  if (threadIdx.x == THREADS - 1) s_pre[kMoeMaxExperts] = excl;
+  __syncthreads();
+}
+
+// The active expert (index into p.active) whose batches hold `batch` < s_pre[kMoeMaxExperts]:
+// the last i with s_pre[i] ≤ batch (experts without batches share their successor's s_pre).
+__device__ __forceinline__ int moe_batch_owner(const int* s_pre, int n_act, int batch) {
+  int lo = 0, hi = n_act - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (s_pre[mid] <= batch) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
 
 template <int K>
 constexpr size_t moe_smem_bytes() {
@@ -55,42 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32) exl3_moe_kernel(const MoeArgs p) 
   using WP = WarpPair<K, CB, NG>;
   uint32_t* ring = smem + warp * WP::S * WP::kStage;
   float* tile = reinterpret_cast<float*>(smem);
-
-  // Row batches per active expert, exclusive scan (every CTA does it: ≤ 1024 values, 8 per thread).
-  {
-    __shared__ int s_warp[kWarps];
-    constexpr int PER = kMoeMaxExperts / (kWarps * 32);
-    const int n = *p.n_active, base = threadIdx.x * PER;
-    int v[PER], sum = 0;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int i = base + j;
-      int b = 0;
-      if (i < n) {
-        const int e = p.active[i];
-        b = (p.offsets[e + 1] - p.offsets[e] + kMoeRows - 1) / kMoeRows;
-      }
-      v[j] = b;
-      sum += b;
-    }
-    int x = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, x, o);
-      if (lane >= o) x += y;
-    }
-    if (lane == 31) s_warp[warp] = x;
-    __syncthreads();
-    int excl = x - sum;
-    for (int w = 0; w < warp; ++w) excl += s_warp[w];
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      s_pre[base + j] = excl;
-      excl += v[j];
-    }
-    if (threadIdx.x == kWarps * 32 - 1) s_pre[kMoeMaxExperts] = excl;
-    __syncthreads();
-  }
+  moe_batch_scan<kWarps * 32>(p, kMoeRows, s_pre);
   const int n_act = *p.n_active;
   LaneGeom<K> geo;
   geo.init(lane);
@@ -107,12 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32) exl3_moe_kernel(const MoeArgs p) 
     const int c = rest % p.chunks;
     rest /= p.chunks;
     const int pj = rest / nblk, blk = rest - pj * nblk;
-    int lo = 0, hi = n_act - 1;  // the active expert whose batches hold `batch`
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (s_pre[mid] <= batch) lo = mid;
-      else hi = mid - 1;
-    }
+    const int lo = moe_batch_owner(s_pre, n_act, batch);
     const int e = p.active[lo];
     const int s0 = p.offsets[e] + kMoeRows * (batch - s_pre[lo]);
     const int nr = min(kMoeRows, p.offsets[e + 1] - s0);

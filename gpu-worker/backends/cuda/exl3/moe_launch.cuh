@@ -1,7 +1,8 @@
 #pragma once
-// launch_moe<K>: the codebook instantiations of exl3_moe_kernel.
+// launch_moe<K>, launch_moe_gemm<K>: the codebook instantiations of exl3_moe_kernel and of its
+// prefill form exl3_moe_gemm_kernel.
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
-#include "gpu-worker/backends/cuda/exl3/moe_kernel.cuh"
+#include "gpu-worker/backends/cuda/exl3/moe_gemm_kernel.cuh"
 
 namespace ft::cuda::exl3dev {
 
@@ -18,6 +19,24 @@ void launch_moe(int cb, int grid, const MoeArgs& a, cudaStream_t stream) {
     case 0: return launch_moe_cb<K, 0>(grid, a, stream);
     case 1: return launch_moe_cb<K, 1>(grid, a, stream);
     default: return launch_moe_cb<K, 2>(grid, a, stream);
+  }
+}
+
+template <int K, int CB>
+void launch_moe_gemm_cb(int grid, const MoeArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = gemm_smem_bytes<K>();  // > 48 KB: opt in (per device, so every time)
+  FT_CUDA_CHECK(cudaFuncSetAttribute(exl3_moe_gemm_kernel<K, CB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  exl3_moe_gemm_kernel<K, CB><<<grid, kGemmWarps * 32, smem, stream>>>(a);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+template <int K>
+void launch_moe_gemm(int cb, int grid, const MoeArgs& a, cudaStream_t stream) {
+  switch (cb) {
+    case 0: return launch_moe_gemm_cb<K, 0>(grid, a, stream);
+    case 1: return launch_moe_gemm_cb<K, 1>(grid, a, stream);
+    default: return launch_moe_gemm_cb<K, 2>(grid, a, stream);
   }
 }
 
