@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_moe_gemm_kernel(const
     const int s_end = p.offsets[e + 1];
     const int proj = p.proj[pj];
     const Exl3ExpertPtrs& ex = p.table[e];
-    float tot[2][8][4];
+    GemmTot tot;
     gemm_block_sums<K, CB>(ex.trellis[proj] + 4 * blk * pair_dwords, pair_dwords, p.xh[pj], p.in_p, s0, s_end,
                            p.kc_steps, smem, tot);
     const int64_t col0 = 128 * static_cast<int64_t>(blk);
