@@ -1,6 +1,7 @@
 // Grouped EXL3 MoE (moe.h): expert tables, zero-copy mapping, the two transform kernels and the
 // launch sequence. The matmul kernel is moe_kernel.cuh.
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -99,9 +100,20 @@ void launch_moe_k(int K, int cb, int grid, const MoeArgs& a, cudaStream_t s) {
 }
 
 constexpr int kNoGemm = std::numeric_limits<int>::max();
-// The default stays the 32-row form until the prefill form's GPU tests have run on a GPU host
-// (written and compiled in session 15, no machine lent); then it becomes kMoeRows + 1.
-constexpr int kDefaultGemmFrom = kNoGemm;
+
+// Experts with more than one 32-row batch of picks run the prefill form. FLASHTIER_EXL3_MOE_GEMM_FROM
+// = N (picks, ≥ 1) or off overrides it for the process (benchmarks time both forms; any value
+// gives the same bits).
+int default_gemm_from() {
+  static const int v = [] {
+    const char* e = std::getenv("FLASHTIER_EXL3_MOE_GEMM_FROM");
+    if (!e || !*e) return exl3dev::kMoeRows + 1;
+    if (std::string(e) == "off") return kNoGemm;
+    const int n = std::atoi(e);
+    return n >= 1 ? n : exl3dev::kMoeRows + 1;
+  }();
+  return v;
+}
 
 void launch_moe_gemm_k(int K, int cb, int grid, const MoeArgs& a, cudaStream_t s) {
   switch (K) {
@@ -258,7 +270,7 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
   a.partials = reinterpret_cast<float*>(base + w.partials);
   a.chunks = split ? static_cast<int>(Dp / exl3_k_chunk(Dp, Ip)) : 1;
   // Experts with at least this many picks run the prefill form (never in split steps).
-  const int gemm_from = split ? kNoGemm : L.gemm_min_picks < 0 ? kDefaultGemmFrom : std::max(1, L.gemm_min_picks);
+  const int gemm_from = split ? kNoGemm : L.gemm_min_picks < 0 ? default_gemm_from() : std::max(1, L.gemm_min_picks);
   const bool same = L.K[0] == L.K[1] && L.codebook[0] == L.codebook[1];
   for (int pj = 0; pj < 2; ++pj) {
     a.xh[pj] = xh_gu + pj * P * Dp;

@@ -49,8 +49,8 @@ struct Exl3MoeLayer {
   int split_picks = -1;
   // In steps that do not split K, experts with at least this many picks run the prefill form (a
   // 128-row tile per decoded weight, exl3_moe_gemm_kernel) and the others 32-row batches (−1:
-  // the default — for now none, see moe.cu; 33 = more than one batch; 1: every expert). Any value
-  // gives the same bits.
+  // the default: 33, more than one batch, or FLASHTIER_EXL3_MOE_GEMM_FROM; 1: every expert). Any
+  // value gives the same bits.
   int gemm_min_picks = -1;
 };
 
