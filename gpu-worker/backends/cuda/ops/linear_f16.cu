@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
@@ -97,16 +96,6 @@ void launch_tiled(DenseProblem pr, int64_t batch, cudaStream_t stream) {
   FT_CUDA_CHECK_LAUNCH();
 }
 
-// FLASHTIER_LINEAR_SMEM_TOTAL=0 keeps the register-total configurations (benchmarks time both;
-// every configuration gives the same bits).
-bool smem_total_allowed() {
-  static const bool v = [] {
-    const char* e = std::getenv("FLASHTIER_LINEAR_SMEM_TOTAL");
-    return !(e && std::string(e) == "0");
-  }();
-  return v;
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 void run_dense(const LinearF16& L, int64_t batch, int64_t w_stride, const __half* xh, int64_t ld_xh, int64_t x_stride,
@@ -157,8 +146,6 @@ void run_dense(const LinearF16& L, int64_t batch, int64_t w_stride, const __half
   const lin::DeviceLimits& dev = lin::current_device_limits();
   const int64_t large_tiles = (rows + 127) / 128 * ((L.out + 127) / 128) * batch;
   if (large_tiles < dev.sm_count) launch_tiled<lin::TiledMedium>(pr, batch, stream);
-  else if (dev.smem_optin >= lin::TiledLargeSmemTotal::kSmemBytes && smem_total_allowed())
-    launch_tiled<lin::TiledLargeSmemTotal>(pr, batch, stream);
   else if (dev.smem_optin >= lin::TiledLarge4::kSmemBytes) launch_tiled<lin::TiledLarge4>(pr, batch, stream);
   else launch_tiled<lin::TiledLarge3>(pr, batch, stream);
 }

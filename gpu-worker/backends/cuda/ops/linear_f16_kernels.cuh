@@ -29,8 +29,5 @@ inline int skinny_warps_along_k(int chunks) {
 using TiledLarge4 = TiledCfg<128, 128, 2, 4, 4>;  // 128 KB
 using TiledLarge3 = TiledCfg<128, 128, 2, 4, 3>;  // 96 KB
 using TiledMedium = TiledCfg<64, 64, 2, 2, 4>;    // 64 KB
-// Where the device has ~200 KB of shared memory per block (sm_90): 4 warps of 64×64 with the
-// running totals in shared memory (128 KB of stages + 68 KB of totals).
-using TiledLargeSmemTotal = TiledCfg<128, 128, 2, 2, 4, true>;
 
 }  // namespace ft::cuda::lin

@@ -18,22 +18,15 @@
 
 namespace ft::cuda::lin {
 
-// SMEM_TOTAL: the running totals live in shared memory (fp32 [BM][BN + 8], each thread reading
-// and writing only its own fragments' elements once per chunk), so the registers hold the chain
-// alone and a warp can take a 64×64 tile: 128 B of shared-memory fragment loads per mma instead
-// of 192 for 64×32. Needs the shared memory of sm_90-class parts.
-template <int BM_, int BN_, int WM_, int WN_, int STAGES_, bool SMEM_TOTAL_ = false>
+template <int BM_, int BN_, int WM_, int WN_, int STAGES_>
 struct TiledCfg {
   static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, STAGES = STAGES_;
-  static constexpr bool SMEM_TOTAL = SMEM_TOTAL_;
   static constexpr int kThreads = 32 * WM * WN;
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;
   static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;
   static constexpr int kAUnits = BM * 8 / kThreads, kBUnits = BN * 8 / kThreads;
   static constexpr int kStageBytes = (BM + BN) * kRowBytes;
-  static constexpr int kTotalLd = BN + 8;  // floats per row: rows g and g + 1 start 8 banks apart
-  static constexpr int kTotalBytes = SMEM_TOTAL ? BM * kTotalLd * 4 : 0;
-  static constexpr int kSmemBytes = STAGES * kStageBytes + kTotalBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes;
   static_assert(MI * 16 == kWarpM && NI * 8 == kWarpN && NI % 2 == 0, "warp tile");
   static_assert(kAUnits * kThreads == BM * 8 && kBUnits * kThreads == BN * 8, "copy split");
 };
@@ -116,46 +109,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_tiled_kernel(const P 
       }
     };
 
-    // Fragment (mi, ni) element q sits at row 16 mi + g + 8 (q / 2), column 8 ni + 2 t + q % 2.
-    const int g = lane >> 2, t4 = lane & 3;
-    constexpr int TMI = Cfg::SMEM_TOTAL ? 1 : MI, TNI = Cfg::SMEM_TOTAL ? 1 : NI;
-    float chain[MI][NI][4], total[TMI][TNI][4];
-    float* const stot = reinterpret_cast<float*>(smem + STAGES * Cfg::kStageBytes);
-    auto tot_at = [&](int mi, int ni, int h) {  // the thread's two elements (q = 2h, 2h + 1)
-      return reinterpret_cast<float2*>(stot + (wm * Cfg::kWarpM + 16 * mi + g + 8 * h) * Cfg::kTotalLd +
-                                       wn * Cfg::kWarpN + 8 * ni + 2 * t4);
-    };
+    float chain[MI][NI][4], total[MI][NI][4];
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) chain[mi][ni][q] = 0.0f;
-#pragma unroll
-    for (int mi = 0; mi < TMI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < TNI; ++ni)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) total[mi][ni][q] = 0.0f;
-    // The running total of output (mi, ni, q): chunks fold into it as total = 0 + P_0 + P_1 + ….
-    auto fold = [&](int mi, int ni, int h, bool first) {
-      if constexpr (Cfg::SMEM_TOTAL) {
-        float2* t = tot_at(mi, ni, h);
-        const float2 old = first ? make_float2(0.0f, 0.0f) : *t;
-        *t = make_float2(__fadd_rn(old.x, chain[mi][ni][2 * h]), __fadd_rn(old.y, chain[mi][ni][2 * h + 1]));
-      } else {
-        total[mi][ni][2 * h] = __fadd_rn(total[mi][ni][2 * h], chain[mi][ni][2 * h]);
-        total[mi][ni][2 * h + 1] = __fadd_rn(total[mi][ni][2 * h + 1], chain[mi][ni][2 * h + 1]);
-      }
-    };
-    auto total_of = [&](int mi, int ni, int q) -> float {
-      if constexpr (Cfg::SMEM_TOTAL) {
-        const float2 v = *tot_at(mi, ni, q >> 1);
-        return (q & 1) ? v.y : v.x;
-      } else {
-        return total[mi][ni][q];
-      }
-    };
+        for (int q = 0; q < 4; ++q) chain[mi][ni][q] = 0.0f, total[mi][ni][q] = 0.0f;
 
     auto k16_step = [&](uint32_t sa, uint32_t sb, int j) {
       uint32_t a[MI][4];
@@ -202,17 +162,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_tiled_kernel(const P 
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-          for (int ni = 0; ni < NI; ++ni) {
-            fold(mi, ni, 0, c == 0);
-            fold(mi, ni, 1, c == 0);
+          for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) chain[mi][ni][q] = 0.0f;
-          }
+            for (int q = 0; q < 4; ++q) {
+              total[mi][ni][q] = __fadd_rn(total[mi][ni][q], chain[mi][ni][q]);
+              chain[mi][ni][q] = 0.0f;
+            }
       }
     }
     cp_async_wait<0>();
 
-    // Epilogue (the thread reads back only totals it wrote itself: no barrier needed).
+    // Epilogue: fragment (mi, ni) element q sits at row 16 mi + g + 8 (q / 2), column 8 ni + 2 t + q % 2.
+    const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -227,7 +188,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_tiled_kernel(const P 
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int64_t n = it.n0 + wn * Cfg::kWarpN + 8 * ni + 2 * t4 + e;
-              if (n < p.out) p.store(it, id, n, total_of(mi, ni, 2 * h + e), rs);
+              if (n < p.out) p.store(it, id, n, total[mi][ni][2 * h + e], rs);
             }
         } else {
 #pragma unroll
@@ -236,7 +197,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_tiled_kernel(const P 
             for (int e = 0; e < 2; ++e) {
               const int64_t hc = it.n0 + wn * (NI / 2) * 8 + 8 * pr + 2 * t4 + e;
               if (hc < p.out)
-                p.store_swiglu(it, id, hc, total_of(mi, 2 * pr, 2 * h + e), total_of(mi, 2 * pr + 1, 2 * h + e), rs);
+                p.store_swiglu(it, id, hc, total[mi][2 * pr][2 * h + e], total[mi][2 * pr + 1][2 * h + e], rs);
             }
         }
       }
