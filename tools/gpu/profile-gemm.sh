@@ -41,10 +41,23 @@ for what in ${PROFILE:-dense exl3 moe}; do
     moe) profile moe exl3_moe_gemm_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
   esac
 done
-# The raw pipe counters of the EXL3 kernel: tensor pipe vs the integer/FMA pipes its decode uses.
-if [[ " ${PROFILE:-dense exl3 moe} " == *" exl3 "* ]]; then
-  timeout 120 "$NCU" --clock-control none --print-summary none -k regex:exl3_gemm_kernel --launch-skip 4 --launch-count 1 \
-    --metrics sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum \
-    "$B/bin/flashtier-bench-exl3" --only prefill 2>&1 | grep -E "^\s+(sm|smsp|l1tex)__" | tee "$OUTDIR/ncu-exl3-pipes.txt"
-fi
+# Raw counters per kernel: the pipes (tensor vs the integer/FMA pipes the EXL3 decode uses, shared
+# memory) and the warp stall reasons per issued instruction, largest first.
+counters() {  # name kernel-regex skip binary args...
+  local name=$1 kernel=$2 skip=$3
+  shift 3
+  echo "== $name counters"
+  timeout 120 "$NCU" --clock-control none --print-summary none -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
+    --metrics "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio" \
+    "$@" >"$OUTDIR/ncu-$name-counters.txt" 2>&1
+  grep -E "^\s+(sm|l1tex|smsp__issue)" "$OUTDIR/ncu-$name-counters.txt"
+  grep -E "stalled_.*ratio" "$OUTDIR/ncu-$name-counters.txt" | awk '{print $NF, $1}' | sort -gr | head -8
+}
+for what in ${COUNTERS:-exl3 moe}; do
+  case $what in
+    dense) counters dense linear_tiled_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
+    exl3) counters exl3 exl3_gemm_kernel 4 "$B/bin/flashtier-bench-exl3" --only prefill ;;
+    moe) counters moe exl3_moe_gemm_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
+  esac
+done
 rm -rf "$B"

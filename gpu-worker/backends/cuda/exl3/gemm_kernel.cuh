@@ -93,10 +93,12 @@ __device__ __forceinline__ void gemm_block_sums(const uint32_t* __restrict__ blk
   }
   const int kc_stages = kc_steps / kGemmSteps;
   for (int st = 0; st < n_stages; ++st) {
+    // One barrier per stage: it publishes stage st and tells every warp is done with st − 1,
+    // whose buffer the copies issued next overwrite.
+    cp_async_wait<kGemmStages - 2>();
+    __syncthreads();
     if (st + kGemmStages - 1 < n_stages) issue(st + kGemmStages - 1);
     cp_async_commit();
-    cp_async_wait<kGemmStages - 1>();
-    __syncthreads();
     const uint32_t* wst = smem + (st % kGemmStages) * kStage + pw * kPairStage;
     const uint4* xs = reinterpret_cast<const uint4*>(smem + (st % kGemmStages) * kStage + kW);
 #pragma unroll
@@ -123,7 +125,6 @@ __device__ __forceinline__ void gemm_block_sums(const uint32_t* __restrict__ blk
           acc[g][i] = 0.0f;
         }
     }
-    __syncthreads();
   }
   cp_async_wait<0>();
   __syncthreads();
