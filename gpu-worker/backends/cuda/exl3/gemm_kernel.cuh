@@ -14,11 +14,10 @@
 namespace ft::cuda::exl3dev {
 
 constexpr int kGemmWarps = 8;
-constexpr int kGemmRows = 64;    // rows per CTA
-constexpr int kGemmCtasPerSm = 2;  // ≤ 128 registers per thread
+constexpr int kGemmRows = 128;   // rows per CTA
 constexpr int kGemmSteps = 4;    // k16 steps per stage
 constexpr int kGemmStages = 3;
-constexpr int kGemmXDwords = kGemmRows * kGemmSteps * 16 / 2;  // 8 KB of fp16 rows per stage
+constexpr int kGemmXDwords = kGemmRows * kGemmSteps * 16 / 2;  // 16 KB of fp16 rows per stage
 constexpr int kGemmGroups = kGemmRows / 8;                      // mma row groups per warp
 
 // A warp's running sums: [row group g][mma accumulator i] of its tile.
@@ -143,13 +142,13 @@ __device__ __forceinline__ void gemm_block_store(const GemmTot& tot, uint32_t* s
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int pw = warp >> 1, h = warp & 1;
   float* tile = reinterpret_cast<float*>(smem);  // [64][128]
-#pragma unroll
-  for (int half = 0; half < kGemmRows / 64; ++half) {
+  for (int half = 0; half < 2; ++half) {
     if (64 * half >= nrows) break;  // uniform over the CTA
 #pragma unroll
-    for (int g = 0; g < 8; ++g)
+    for (int g = 0; g < kGemmGroups / 2; ++g)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) tile[acc_row(g, lane, i) * 128 + acc_col(pw, h, lane, i)] = tot[8 * half + g][i];
+      for (int i = 0; i < 4; ++i)
+        tile[acc_row(g, lane, i) * 128 + acc_col(pw, h, lane, i)] = half ? tot[g + kGemmGroups / 2][i] : tot[g][i];
     __syncthreads();
     for (int r = warp; r < 64; r += kGemmWarps) {
       const int row = 64 * half + r;
@@ -163,7 +162,7 @@ __device__ __forceinline__ void gemm_block_store(const GemmTot& tot, uint32_t* s
 }
 
 template <int K, int CB>
-__global__ void __launch_bounds__(kGemmWarps * 32, kGemmCtasPerSm) exl3_gemm_kernel(const LinearArgs p) {
+__global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_gemm_kernel(const LinearArgs p) {
   extern __shared__ __align__(16) uint32_t smem_raw[];
   uint32_t* const smem = smem_align128(smem_raw);
   const int blk = static_cast<int>(blockIdx.x % p.nblk);

@@ -14,7 +14,7 @@
 namespace ft::cuda::exl3dev {
 
 template <int K, int CB>
-__global__ void __launch_bounds__(kGemmWarps * 32, kGemmCtasPerSm) exl3_moe_gemm_kernel(const MoeArgs p) {
+__global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_moe_gemm_kernel(const MoeArgs p) {
   extern __shared__ __align__(16) uint32_t smem_raw[];
   uint32_t* const smem = smem_align128(smem_raw);
   __shared__ int s_pre[kMoeMaxExperts + 1];
