@@ -640,6 +640,9 @@ std::vector<PrefillRow> bench_prefill(const Opts& o) {
   have_cublas = ft::bench::cublaslt_available(&why);
 #endif
   if (!have_cublas) std::printf("cuBLASLt reference unavailable: %s\n", why.c_str());
+  std::printf("prefill kernel shape: %s (FLASHTIER_EXL3_WIDE=on for the wide one; it fits this device at K=3: %s)\n",
+              exl3_wide_prefill() && exl3_wide_prefill_fits(3) ? "wide, 16 warps x 256 columns" : "narrow, 8 warps x 128 columns",
+              exl3_wide_prefill_fits(3) ? "yes" : "no");
   const int64_t max_rows = row_counts.back();
   auto* x = dev_alloc<float>(max_rows * 4096);
   {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
 #include "shared/core/half.h"
 #include "shared/exl3/codebook.h"
 #include "shared/exl3/exl3_linear.h"
@@ -76,6 +77,18 @@ struct RandomLinear {
       for (int64_t c = 0; c < out; ++c) y[r * out + c] = yp[r * q.out_p + c];
     return y;
   }
+};
+
+// Runs its scope with the wide prefill shape on (or off), then restores the policy.
+class WidePrefill {
+ public:
+  explicit WidePrefill(bool on) : was_(cuda::exl3_wide_prefill()) { cuda::exl3_set_wide_prefill(on); }
+  ~WidePrefill() { cuda::exl3_set_wide_prefill(was_); }
+  WidePrefill(const WidePrefill&) = delete;
+  WidePrefill& operator=(const WidePrefill&) = delete;
+
+ private:
+  bool was_;
 };
 
 }  // namespace ft::test::exl3gpu

@@ -103,6 +103,43 @@ TEST_P(Exl3GpuLinear, BatchInvariantBits) {
   }
 }
 
+// The wide prefill shape (16 warps × 256 columns, running sums in shared memory) gives the
+// narrow shape's bits: outputs that fill one and a half wide blocks (the second's upper pairs
+// past the output), two, or a padded part of one; bias; Accumulate; short last row tiles and
+// tiles of at most 64 rows (the upper row groups skipped).
+TEST_P(Exl3GpuLinear, WidePrefillGivesTheNarrowBits) {
+  const auto [K, cb] = GetParam();
+  if (!cuda::exl3_wide_prefill_fits(K)) GTEST_SKIP() << "this device's shared memory does not hold the wide shape";
+  struct Shape {
+    int64_t in, out;
+    bool bias;
+  };
+  for (const Shape s : {Shape{256, 384, true}, Shape{384, 512, false}, Shape{200, 72, true}}) {
+    const RandomLinear r(K, cb, s.in, s.out, 900 + 10 * K + s.out, s.bias);
+    Gpu g(r, 300);
+    for (int64_t rows : {33, 100, 300}) {
+      const std::vector<float> x = randn(static_cast<size_t>(rows * r.in), 901 + rows);
+      const std::vector<float> y0 = randn(static_cast<size_t>(rows * r.out), 902 + rows);
+      std::vector<float> want, want_acc, got, got_acc;
+      {
+        exl3gpu::WidePrefill narrow(false);
+        want = g.run(x, rows, r.out);
+        want_acc = g.run(x, rows, r.out, cuda::LinearStore::Accumulate, &y0);
+      }
+      {
+        exl3gpu::WidePrefill wide(true);
+        got = g.run(x, rows, r.out);
+        got_acc = g.run(x, rows, r.out, cuda::LinearStore::Accumulate, &y0);
+      }
+      const size_t n = static_cast<size_t>(rows * r.out);
+      EXPECT_EQ(bit_mismatches(got.data(), want.data(), n), 0u)
+          << case_name(K, cb) << " " << s.in << "→" << s.out << " rows " << rows << ": wide differs from narrow";
+      EXPECT_EQ(bit_mismatches(got_acc.data(), want_acc.data(), n), 0u)
+          << case_name(K, cb) << " " << s.in << "→" << s.out << " rows " << rows << ": wide Accumulate differs";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllKCodebooks, Exl3GpuLinear,
                          ::testing::Combine(::testing::Range(1, 9),
                                             ::testing::Values(Codebook::Inst3, Codebook::Mcg, Codebook::Mul1)),

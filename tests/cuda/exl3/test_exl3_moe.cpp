@@ -456,6 +456,15 @@ void check_forms(const Layer& L, int64_t n, int top_k, uint64_t seed) {
       << "prefill form only, mixed";
   EXPECT_EQ(bit_mismatches(want.data(), m.run(L, host, x, nullptr, kBatchesOnly).data(), N), 0u)
       << "32-row batches only, host";
+  // The wide shape of the prefill form, where this device holds it (a projection whose K does
+  // not fit runs narrow, so any mix is exercised).
+  if (cuda::exl3_wide_prefill_fits(std::min({L.geo.K[0], L.geo.K[1], L.geo.K[2]}))) {
+    exl3gpu::WidePrefill wide(true);
+    EXPECT_EQ(bit_mismatches(want.data(), m.run(L, mixed, x, nullptr, kCrowded).data(), N), 0u)
+        << "wide shape, split of forms, mixed";
+    EXPECT_EQ(bit_mismatches(want.data(), m.run(L, vram, x, nullptr, kPrefillOnly).data(), N), 0u)
+        << "wide shape, prefill form only, VRAM";
+  }
 }
 
 TEST_F(Exl3GpuMoe, PrefillFormGivesTheBatchedBits) {

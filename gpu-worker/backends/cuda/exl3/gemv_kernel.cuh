@@ -131,6 +131,7 @@ struct GemvLaunch {
   int ngmax = 1;
   bool split = false;
   bool gemm = false;  // the prefill kernel (gemm_kernel.cuh) instead
+  bool wide = false;  // its wide shape (16 warps × 256 columns)
   bool programmatic = false;  // programmatic dependent launch (sm_90+)
   int grid = 0;
 };

@@ -32,7 +32,7 @@ void launch_gemv_one(const GemvLaunch& l, const LinearArgs& a, cudaStream_t stre
 template <int K, int CB>
 void launch_gemv_cb(const GemvLaunch& l, const LinearArgs& a, cudaStream_t stream) {
   if (l.gemm) {
-    launch_gemm_one<K, CB>(a, stream);
+    launch_gemm_one<K, CB>(a, l.wide, stream);
   } else if (l.ngmax == 1) {
     if (l.split) launch_gemv_one<K, CB, 1, true>(l, a, stream);
     else launch_gemv_one<K, CB, 1, false>(l, a, stream);

@@ -22,6 +22,13 @@ int policy_from_env() {
 
 std::atomic<int> g_programmatic{policy_from_env()};  // an Exl3Programmatic value
 
+// FLASHTIER_EXL3_WIDE=on starts with the wide prefill shape (off when unset or anything else).
+bool wide_from_env() {
+  const char* v = std::getenv("FLASHTIER_EXL3_WIDE");
+  return v && std::string(v) == "on";
+}
+std::atomic<bool> g_wide{wide_from_env()};
+
 // `Attr` of the current device, queried once per device (attributes are never 0 here).
 template <cudaDeviceAttr Attr>
 int current_device_attribute() {
@@ -49,6 +56,13 @@ bool programmatic_launch(int64_t rows) {
 void set_programmatic_launch(int policy) { g_programmatic.store(policy, std::memory_order_relaxed); }
 
 int programmatic_launch_policy() { return g_programmatic.load(std::memory_order_relaxed); }
+
+bool wide_prefill(size_t smem_bytes) {
+  return g_wide.load(std::memory_order_relaxed) &&
+         static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) >= smem_bytes;
+}
+void set_wide_prefill(bool on) { g_wide.store(on, std::memory_order_relaxed); }
+bool wide_prefill_policy() { return g_wide.load(std::memory_order_relaxed); }
 
 int sm_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }
 

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 // Launch sizing shared by the EXL3 launchers (host only).
@@ -12,5 +13,11 @@ int sm_count();
 bool programmatic_launch(int64_t rows);
 void set_programmatic_launch(int policy);  // an Exl3Programmatic value
 int programmatic_launch_policy();
+
+// The wide shape of the prefill kernels (gemm_kernel.cuh) for a launch needing `smem_bytes` of
+// dynamic shared memory: the policy (exl3_linear.h) says so and the device has that much.
+bool wide_prefill(size_t smem_bytes);
+void set_wide_prefill(bool on);
+bool wide_prefill_policy();
 
 }  // namespace ft::cuda::exl3dev

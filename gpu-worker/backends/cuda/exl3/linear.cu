@@ -5,6 +5,7 @@
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
+#include "gpu-worker/backends/cuda/exl3/gemm_kernel.cuh"
 #include "gpu-worker/backends/cuda/exl3/gemv_kernel.cuh"
 #include "gpu-worker/backends/cuda/exl3/launch_util.h"
 #include "gpu-worker/backends/cuda/exl3/transform.cuh"
@@ -74,6 +75,15 @@ void launch_gemv_k(int K, int cb, const GemvLaunch& l, const LinearArgs& a, cuda
 void exl3_set_programmatic_launch(Exl3Programmatic policy) { exl3dev::set_programmatic_launch(static_cast<int>(policy)); }
 Exl3Programmatic exl3_programmatic_launch() {
   return static_cast<Exl3Programmatic>(exl3dev::programmatic_launch_policy());
+}
+void exl3_set_wide_prefill(bool on) { exl3dev::set_wide_prefill(on); }
+bool exl3_wide_prefill() { return exl3dev::wide_prefill_policy(); }
+bool exl3_wide_prefill_fits(int K) {
+  const bool policy = exl3dev::wide_prefill_policy();
+  exl3dev::set_wide_prefill(true);
+  const bool fits = exl3dev::wide_prefill(exl3dev::gemm_smem_bytes_of(K, true));
+  exl3dev::set_wide_prefill(policy);
+  return fits;
 }
 
 int exl3_k_chunk(int64_t in_p, int64_t out_p) {
@@ -161,6 +171,7 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   l.split = rows <= 32 && a.chunks > 1 && a.nblk * a.nrb < kSplitMaxItems;
   const int64_t items = static_cast<int64_t>(a.nrb) * a.nblk * (l.split ? a.chunks : 1);
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
+  l.wide = l.gemm && exl3dev::wide_prefill(exl3dev::gemm_smem_bytes_of(L.K, true));
   l.programmatic = !l.gemm && exl3dev::programmatic_launch(rows);
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);
 }

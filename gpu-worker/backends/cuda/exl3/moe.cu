@@ -115,16 +115,16 @@ int default_gemm_from() {
   return v;
 }
 
-void launch_moe_gemm_k(int K, int cb, int grid, const MoeArgs& a, cudaStream_t s) {
+void launch_moe_gemm_k(int K, int cb, int grid, const MoeArgs& a, bool wide, cudaStream_t s) {
   switch (K) {
-    case 1: return launch_moe_gemm<1>(cb, grid, a, s);
-    case 2: return launch_moe_gemm<2>(cb, grid, a, s);
-    case 3: return launch_moe_gemm<3>(cb, grid, a, s);
-    case 4: return launch_moe_gemm<4>(cb, grid, a, s);
-    case 5: return launch_moe_gemm<5>(cb, grid, a, s);
-    case 6: return launch_moe_gemm<6>(cb, grid, a, s);
-    case 7: return launch_moe_gemm<7>(cb, grid, a, s);
-    default: return launch_moe_gemm<8>(cb, grid, a, s);
+    case 1: return launch_moe_gemm<1>(cb, grid, a, wide, s);
+    case 2: return launch_moe_gemm<2>(cb, grid, a, wide, s);
+    case 3: return launch_moe_gemm<3>(cb, grid, a, wide, s);
+    case 4: return launch_moe_gemm<4>(cb, grid, a, wide, s);
+    case 5: return launch_moe_gemm<5>(cb, grid, a, wide, s);
+    case 6: return launch_moe_gemm<6>(cb, grid, a, wide, s);
+    case 7: return launch_moe_gemm<7>(cb, grid, a, wide, s);
+    default: return launch_moe_gemm<8>(cb, grid, a, wide, s);
   }
 }
 
@@ -140,7 +140,7 @@ void launch_matmul(int K, int cb, int gemm_from, const MoeArgs& a, cudaStream_t 
   if (gemm_from != kNoGemm) {
     MoeArgs g = a;
     g.min_rows = gemm_from;
-    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g, s);
+    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g, exl3dev::wide_prefill(exl3dev::gemm_smem_bytes_of(K, true) + sizeof(int) * (exl3dev::kMoeMaxExperts + 1)), s);
   }
 }
 

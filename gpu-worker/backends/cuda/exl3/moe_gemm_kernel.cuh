@@ -6,21 +6,23 @@
 // (and reads a zero-copy expert a quarter as often). Items are (active expert with at least
 // p.min_rows picks, 128-row batch, projection, 128-column block), taken by a fixed persistent
 // grid in order, so the CTAs working on one batch at a time share its rows in L2. The reduction
-// and output transform are the linear's (gemm_block_sums, gemm_block_store): a pick's row has
-// the same bits from either form, wherever its expert lives.
+// and output transform are the linear's (gemm_block_sums, gemm_block_store, in either shape):
+// a pick's row has the same bits from either form, wherever its expert lives.
 #include "gpu-worker/backends/cuda/exl3/gemm_kernel.cuh"
 #include "gpu-worker/backends/cuda/exl3/moe_kernel.cuh"
 
 namespace ft::cuda::exl3dev {
 
-template <int K, int CB>
-__global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_moe_gemm_kernel(const MoeArgs p) {
+template <int K, int CB, bool WIDE>
+__global__ void __launch_bounds__(GemmShape<WIDE>::kThreads, 1) exl3_moe_gemm_kernel(const MoeArgs p) {
+  using S = GemmShape<WIDE>;
   extern __shared__ __align__(16) uint32_t smem_raw[];
   uint32_t* const smem = smem_align128(smem_raw);
   __shared__ int s_pre[kMoeMaxExperts + 1];
-  moe_batch_scan<kGemmWarps * 32>(p, kGemmRows, s_pre);
+  moe_batch_scan<S::kThreads>(p, kGemmRows, s_pre);
   const int n_act = *p.n_active;
-  const int nblk = static_cast<int>(p.out_p / 128);
+  const int nblk128 = static_cast<int>(p.out_p / 128);
+  const int nblk = (nblk128 + S::kBlocks - 1) / S::kBlocks;
   const int per_batch = p.nproj * nblk;
   const int n_items = s_pre[n_act] * per_batch;
   const int64_t pair_dwords = p.in_p / 16 * LaneBits<K>::kStepDwords;
@@ -35,20 +37,21 @@ __global__ void __launch_bounds__(kGemmWarps * 32, 1) exl3_moe_gemm_kernel(const
     const int proj = p.proj[pj];
     const Exl3ExpertPtrs& ex = p.table[e];
     GemmTot tot;
-    gemm_block_sums<K, CB>(ex.trellis[proj] + 4 * blk * pair_dwords, pair_dwords, p.xh[pj], p.in_p, s0, s_end,
-                           p.kc_steps, smem, tot);
-    const int64_t col0 = 128 * static_cast<int64_t>(blk);
-    const int valid = static_cast<int>(p.out_cols - col0 < 128 ? p.out_cols - col0 : 128);
+    gemm_block_sums<K, CB, WIDE>(ex.trellis[proj] + S::kPairs * blk * pair_dwords, pair_dwords, p.xh[pj], p.in_p, s0,
+                                 s_end, p.kc_steps, smem, tot, min(S::kPairs, 4 * (nblk128 - S::kBlocks * blk)));
+    const int64_t col0 = S::kCols * static_cast<int64_t>(blk);
+    const int valid = static_cast<int>(p.out_cols - col0 < S::kCols ? p.out_cols - col0 : S::kCols);
     float* const out = p.out[pj] + col0;
     const int32_t* const pick = p.by_pick ? p.sorted_pick + s0 : nullptr;
     const int64_t ld = p.ld_out;
-    gemm_block_store(tot, smem, min(kGemmRows, s_end - s0), ex.svh[proj] + col0, nullptr, p.row_scale[pj] + s0,
-                     [&](int r) { return out + (pick ? static_cast<int64_t>(pick[r]) : s0 + r) * ld; }, valid,
-                     false);
+    gemm_block_store<K, WIDE>(tot, smem, min(kGemmRows, s_end - s0), ex.svh[proj] + col0, nullptr,
+                              p.row_scale[pj] + s0,
+                              [&](int r) { return out + (pick ? static_cast<int64_t>(pick[r]) : s0 + r) * ld; },
+                              valid, false);
   }
 }
 
 template <int K>
-void launch_moe_gemm(int cb, int grid, const MoeArgs& a, cudaStream_t stream);
+void launch_moe_gemm(int cb, int grid, const MoeArgs& a, bool wide, cudaStream_t stream);
 
 }  // namespace ft::cuda::exl3dev

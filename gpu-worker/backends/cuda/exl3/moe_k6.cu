@@ -3,5 +3,5 @@
 
 namespace ft::cuda::exl3dev {
 template void launch_moe<6>(int cb, int grid, const MoeArgs& a, cudaStream_t stream);
-template void launch_moe_gemm<6>(int cb, int grid, const MoeArgs& a, cudaStream_t stream);
+template void launch_moe_gemm<6>(int cb, int grid, const MoeArgs& a, bool wide, cudaStream_t stream);
 }  // namespace ft::cuda::exl3dev

@@ -22,21 +22,28 @@ void launch_moe(int cb, int grid, const MoeArgs& a, cudaStream_t stream) {
   }
 }
 
-template <int K, int CB>
+template <int K, int CB, bool WIDE>
 void launch_moe_gemm_cb(int grid, const MoeArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = gemm_smem_bytes<K>();  // > 48 KB: opt in (per device, so every time)
-  FT_CUDA_CHECK(cudaFuncSetAttribute(exl3_moe_gemm_kernel<K, CB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  constexpr size_t smem = gemm_smem_bytes<K, WIDE>();  // > 48 KB: opt in (per device, so every time)
+  FT_CUDA_CHECK(cudaFuncSetAttribute(exl3_moe_gemm_kernel<K, CB, WIDE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  exl3_moe_gemm_kernel<K, CB><<<grid, kGemmWarps * 32, smem, stream>>>(a);
+  exl3_moe_gemm_kernel<K, CB, WIDE><<<grid, GemmShape<WIDE>::kThreads, smem, stream>>>(a);
   FT_CUDA_CHECK_LAUNCH();
 }
 
 template <int K>
-void launch_moe_gemm(int cb, int grid, const MoeArgs& a, cudaStream_t stream) {
+void launch_moe_gemm(int cb, int grid, const MoeArgs& a, bool wide, cudaStream_t stream) {
+  if (wide) {
+    switch (cb) {
+      case 0: return launch_moe_gemm_cb<K, 0, true>(grid, a, stream);
+      case 1: return launch_moe_gemm_cb<K, 1, true>(grid, a, stream);
+      default: return launch_moe_gemm_cb<K, 2, true>(grid, a, stream);
+    }
+  }
   switch (cb) {
-    case 0: return launch_moe_gemm_cb<K, 0>(grid, a, stream);
-    case 1: return launch_moe_gemm_cb<K, 1>(grid, a, stream);
-    default: return launch_moe_gemm_cb<K, 2>(grid, a, stream);
+    case 0: return launch_moe_gemm_cb<K, 0, false>(grid, a, stream);
+    case 1: return launch_moe_gemm_cb<K, 1, false>(grid, a, stream);
+    default: return launch_moe_gemm_cb<K, 2, false>(grid, a, stream);
   }
 }
 
