@@ -9,14 +9,9 @@
 # shared-memory bandwidth, or waits on latency with too few warps. PROFILE="dense exl3 moe"
 # picks kernels; logs go to $OUT (or .gpu-bundle/out).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUTDIR=${OUT:-$ROOT/.gpu-bundle/out}
-mkdir -p "$OUTDIR"
-B=$(mktemp -d)
-tar -C "$B" -xJf "$ROOT/.gpu-bundle/bundle.tar.xz"
-export LD_LIBRARY_PATH=$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+# shellcheck source=tools/gpu/bundle_env.sh
+source "$(dirname "$0")/bundle_env.sh"
+cd "$ROOT" || exit 1
 if [ -z "$NCU" ]; then echo "== ncu: not found"; exit 0; fi
 
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section SchedulerStats
@@ -34,13 +29,20 @@ Achieved Occupancy|Shared Memory Configuration|Grid Size|Block Size|Theoretical 
     "$OUTDIR/ncu-$name.txt" | head -40
   grep -oE "(on|by) [^.]*stalled[^.]*\." "$OUTDIR/ncu-$name.txt" | head -6
 }
-for what in ${PROFILE:-dense exl3 moe}; do
-  case $what in
-    dense) profile dense linear_tiled_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
-    exl3) profile exl3 exl3_gemm_kernel 4 "$B/bin/flashtier-bench-exl3" --only prefill ;;
-    moe) profile moe exl3_moe_gemm_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
-  esac
-done
+# each KERNELS... FN: FN name kernel-regex launches-to-skip binary args... for each kernel named.
+each() {
+  local fn=$1 what
+  shift
+  for what in "$@"; do
+    case $what in
+      dense) "$fn" dense linear_tiled_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
+      exl3) "$fn" exl3 exl3_gemm_kernel 4 "$B/bin/flashtier-bench-exl3" --only prefill ;;
+      moe) "$fn" moe exl3_moe_gemm_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
+    esac
+  done
+}
+# shellcheck disable=SC2086
+each profile ${PROFILE-dense exl3 moe}
 # Raw counters per kernel: the pipes (tensor vs the integer/FMA pipes the EXL3 decode uses, shared
 # memory) and the warp stall reasons per issued instruction, largest first.
 counters() {  # name kernel-regex skip binary args...
@@ -53,11 +55,6 @@ counters() {  # name kernel-regex skip binary args...
   grep -E "^\s+(sm|l1tex|smsp__issue)" "$OUTDIR/ncu-$name-counters.txt"
   grep -E "stalled_.*ratio" "$OUTDIR/ncu-$name-counters.txt" | awk '{print $NF, $1}' | sort -gr | head -8
 }
-for what in ${COUNTERS:-exl3 moe}; do
-  case $what in
-    dense) counters dense linear_tiled_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
-    exl3) counters exl3 exl3_gemm_kernel 4 "$B/bin/flashtier-bench-exl3" --only prefill ;;
-    moe) counters moe exl3_moe_gemm_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
-  esac
-done
+# shellcheck disable=SC2086
+each counters ${COUNTERS-exl3 moe}
 rm -rf "$B"

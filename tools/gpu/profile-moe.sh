@@ -9,19 +9,14 @@
 # partial requests) or moves them more slowly (fewer in flight, stalls between items).
 # Logs go to $OUT (or .gpu-bundle/out).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUTDIR=${OUT:-$ROOT/.gpu-bundle/out}
-mkdir -p "$OUTDIR"
-B=$(mktemp -d)
-tar -C "$B" -xJf "$ROOT/.gpu-bundle/bundle.tar.xz"
-export LD_LIBRARY_PATH=$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# shellcheck source=tools/gpu/bundle_env.sh
+source "$(dirname "$0")/bundle_env.sh"
+cd "$ROOT" || exit 1
 BENCH=$B/bin/flashtier-bench-exl3
 
 echo "== bench-exl3 --only ${ONLY:=moe}"
 timeout 300 "$BENCH" --only "$ONLY" 2>&1 | tee "$OUTDIR/bench-moe.log" | grep -E "^moe |^gemv|PCIe read|host pages|bounds:"
 
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -z "$NCU" ]; then echo "== ncu: not found"; exit 0; fi
 echo "== ncu: $NCU ($("$NCU" --version | tail -1))"
 "$NCU" --query-metrics --chip gh100 >"$OUTDIR/ncu-metrics.txt" 2>&1 || true
