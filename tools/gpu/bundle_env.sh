@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Sourced by the GPU machine's profiling scripts: ROOT (the checkout), OUTDIR (logs: $OUT or
 # .gpu-bundle/out), B (the bundle of `run-checks.sh pack`, unpacked into a temporary folder, its
 # libraries on LD_LIBRARY_PATH) and NCU (Nsight Compute's command line, empty when absent).
