@@ -114,18 +114,23 @@ run() {
     table+=("| whole stack tiny-chat --gpus 0 | rc=$rc | $(grep -c '^ok' "$out/stack-gpus0.txt") ok, $(grep -c '^FAIL' "$out/stack-gpus0.txt") failed |")
   fi
   if has bench; then
-    # BENCHES="a b": only those; <NAME>_ARGS (e.g. TIERS_ARGS for flashtier-bench-tiers): its flags.
+    # BENCHES="a b": only those; <NAME>_ARGS (e.g. TIERS_ARGS for flashtier-bench-tiers): its flags;
+    # BENCH_ENVS="A=x A=y": each benchmark once per assignment (A/B of a policy in one call).
     for b in ${BENCHES:-flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla flashtier-bench-engine flashtier-bench-tiers}; do
       [ -x "$bin/$b" ] || continue
       local key=${b#flashtier-bench-}
       local args_var="${key^^}_ARGS"
-      echo "== $b ${!args_var:-}"
-      echo "## $b ${!args_var:-}" >>"$out/bench.txt"
-      timeout "${BENCH_TIMEOUT:-240}" "$bin/$b" ${!args_var:-} >"$out/bench1.txt" 2>&1
-      local rc=$?
-      cat "$out/bench1.txt" >>"$out/bench.txt"
-      table+=("| $b | rc=$rc | see bench.txt |")
-      tail -30 "$out/bench1.txt"
+      local assign
+      for assign in ${BENCH_ENVS:-NONE=}; do
+        echo "== $b ${!args_var:-} ($assign)"
+        echo "## $b ${!args_var:-} ($assign)" >>"$out/bench.txt"
+        # shellcheck disable=SC2086
+        timeout "${BENCH_TIMEOUT:-240}" env "$assign" "$bin/$b" ${!args_var:-} >"$out/bench1.txt" 2>&1
+        local rc=$?
+        cat "$out/bench1.txt" >>"$out/bench.txt"
+        table+=("| $b ($assign) | rc=$rc | see bench.txt |")
+        tail -30 "$out/bench1.txt"
+      done
     done
   fi
   if named initcheck && command -v compute-sanitizer >/dev/null; then
