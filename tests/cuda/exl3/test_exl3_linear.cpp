@@ -128,8 +128,10 @@ TEST_P(Exl3GpuLinear, WidePrefillGivesTheNarrowBits) {
       }
       {
         exl3gpu::WidePrefill wide(true);
+        const uint64_t launches = cuda::exl3_wide_prefill_launches();
         got = g.run(x, rows, r.out);
         got_acc = g.run(x, rows, r.out, cuda::LinearStore::Accumulate, &y0);
+        EXPECT_EQ(cuda::exl3_wide_prefill_launches(), launches + 2) << "the wide shape did not run";
       }
       const size_t n = static_cast<size_t>(rows * r.out);
       EXPECT_EQ(bit_mismatches(got.data(), want.data(), n), 0u)

@@ -458,12 +458,14 @@ void check_forms(const Layer& L, int64_t n, int top_k, uint64_t seed) {
       << "32-row batches only, host";
   // The wide shape of the prefill form, where this device holds it (a projection whose K does
   // not fit runs narrow, so any mix is exercised).
-  if (cuda::exl3_wide_prefill_fits(std::min({L.geo.K[0], L.geo.K[1], L.geo.K[2]}))) {
+  if (cuda::exl3_moe_wide_prefill_fits(std::min({L.geo.K[0], L.geo.K[1], L.geo.K[2]}))) {
     exl3gpu::WidePrefill wide(true);
+    const uint64_t launches = cuda::exl3_wide_prefill_launches();
     EXPECT_EQ(bit_mismatches(want.data(), m.run(L, mixed, x, nullptr, kCrowded).data(), N), 0u)
         << "wide shape, split of forms, mixed";
     EXPECT_EQ(bit_mismatches(want.data(), m.run(L, vram, x, nullptr, kPrefillOnly).data(), N), 0u)
         << "wide shape, prefill form only, VRAM";
+    EXPECT_GT(cuda::exl3_wide_prefill_launches(), launches) << "the wide shape did not run";
   }
 }
 

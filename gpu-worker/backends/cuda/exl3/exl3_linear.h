@@ -89,14 +89,17 @@ void exl3_set_programmatic_launch(Exl3Programmatic policy);
 Exl3Programmatic exl3_programmatic_launch();
 
 // The wide shape of the prefill kernels (more than 32 rows, and the grouped MoE kernel's prefill
-// form): 16 warps × 256 columns with the running sums in shared memory (~200–230 KB, so only on
+// form): 16 warps × 256 columns with the running sums in shared memory (186–229 KB, so only on
 // parts that opt in that much: sm_90; elsewhere the narrow shape runs). Same bits either way.
 // Off by default until it has been timed (docs/perf.md, session 16); FLASHTIER_EXL3_WIDE=on sets
 // it for a process.
 void exl3_set_wide_prefill(bool on);
 bool exl3_wide_prefill();
-// Whether the current device can run the wide shape of a K-bit linear (its shared memory).
+// Whether the current device can run the wide shape of a K-bit linear (its shared memory; the
+// grouped MoE kernel's: exl3_moe_wide_prefill_fits in moe.h).
 bool exl3_wide_prefill_fits(int K);
+// Launches of the wide shape so far in this process (linears and MoE prefill forms).
+uint64_t exl3_wide_prefill_launches();
 
 // Scratch of exl3_linear for up to max_rows rows (bytes, 256-aligned pieces inside). Before its
 // first use a workspace must be zeroed once (exl3_linear_workspace_init); the kernels leave their

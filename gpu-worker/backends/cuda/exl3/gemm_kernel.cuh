@@ -14,6 +14,7 @@
 // scheduler, and 4 warps per scheduler with a tile decoded per 64 rows made it instruction-bound.
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/exl3/gemv_kernel.cuh"
+#include "gpu-worker/backends/cuda/exl3/launch_util.h"
 
 namespace ft::cuda::exl3dev {
 
@@ -262,6 +263,7 @@ void launch_gemm_shape(const LinearArgs& a, cudaStream_t stream) {
                                      static_cast<int>(smem)));
   const int64_t tiles = (a.rows + kGemmRows - 1) / kGemmRows;
   const int64_t blocks = (a.nblk + S::kBlocks - 1) / S::kBlocks;
+  if (WIDE) count_wide_launch();
   exl3_gemm_kernel<K, CB, WIDE><<<static_cast<unsigned>(tiles * blocks), S::kThreads, smem, stream>>>(a);
   FT_CUDA_CHECK_LAUNCH();
 }

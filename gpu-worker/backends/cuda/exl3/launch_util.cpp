@@ -28,6 +28,7 @@ bool wide_from_env() {
   return v && std::string(v) == "on";
 }
 std::atomic<bool> g_wide{wide_from_env()};
+std::atomic<uint64_t> g_wide_launches{0};
 
 // `Attr` of the current device, queried once per device (attributes are never 0 here).
 template <cudaDeviceAttr Attr>
@@ -57,12 +58,13 @@ void set_programmatic_launch(int policy) { g_programmatic.store(policy, std::mem
 
 int programmatic_launch_policy() { return g_programmatic.load(std::memory_order_relaxed); }
 
-bool wide_prefill(size_t smem_bytes) {
-  return g_wide.load(std::memory_order_relaxed) &&
-         static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) >= smem_bytes;
+bool smem_fits(size_t smem_bytes) {
+  return static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) >= smem_bytes;
 }
 void set_wide_prefill(bool on) { g_wide.store(on, std::memory_order_relaxed); }
 bool wide_prefill_policy() { return g_wide.load(std::memory_order_relaxed); }
+void count_wide_launch() { g_wide_launches.fetch_add(1, std::memory_order_relaxed); }
+uint64_t wide_launches() { return g_wide_launches.load(std::memory_order_relaxed); }
 
 int sm_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }
 

@@ -14,10 +14,14 @@ bool programmatic_launch(int64_t rows);
 void set_programmatic_launch(int policy);  // an Exl3Programmatic value
 int programmatic_launch_policy();
 
-// The wide shape of the prefill kernels (gemm_kernel.cuh) for a launch needing `smem_bytes` of
-// dynamic shared memory: the policy (exl3_linear.h) says so and the device has that much.
-bool wide_prefill(size_t smem_bytes);
+// Whether one CTA on the current device can have `smem_bytes` of shared memory (static +
+// dynamic, after opting in).
+bool smem_fits(size_t smem_bytes);
+// The policy for the wide shape of the prefill kernels (exl3_linear.h), and a count of the
+// launches that used it (host side, process-wide: tests check that the shape they ask for ran).
 void set_wide_prefill(bool on);
 bool wide_prefill_policy();
+void count_wide_launch();
+uint64_t wide_launches();
 
 }  // namespace ft::cuda::exl3dev

@@ -78,13 +78,8 @@ Exl3Programmatic exl3_programmatic_launch() {
 }
 void exl3_set_wide_prefill(bool on) { exl3dev::set_wide_prefill(on); }
 bool exl3_wide_prefill() { return exl3dev::wide_prefill_policy(); }
-bool exl3_wide_prefill_fits(int K) {
-  const bool policy = exl3dev::wide_prefill_policy();
-  exl3dev::set_wide_prefill(true);
-  const bool fits = exl3dev::wide_prefill(exl3dev::gemm_smem_bytes_of(K, true));
-  exl3dev::set_wide_prefill(policy);
-  return fits;
-}
+bool exl3_wide_prefill_fits(int K) { return exl3dev::smem_fits(exl3dev::gemm_smem_bytes_of(K, true)); }
+uint64_t exl3_wide_prefill_launches() { return exl3dev::wide_launches(); }
 
 int exl3_k_chunk(int64_t in_p, int64_t out_p) {
   if (in_p <= 0 || out_p <= 0 || in_p % 128 || out_p % 128)
@@ -171,7 +166,8 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   l.split = rows <= 32 && a.chunks > 1 && a.nblk * a.nrb < kSplitMaxItems;
   const int64_t items = static_cast<int64_t>(a.nrb) * a.nblk * (l.split ? a.chunks : 1);
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
-  l.wide = l.gemm && exl3dev::wide_prefill(exl3dev::gemm_smem_bytes_of(L.K, true));
+  // The linear kernel has no static shared memory: its dynamic bytes are all it asks for.
+  l.wide = l.gemm && exl3dev::wide_prefill_policy() && exl3dev::smem_fits(exl3dev::gemm_smem_bytes_of(L.K, true));
   l.programmatic = !l.gemm && exl3dev::programmatic_launch(rows);
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);
 }

@@ -140,7 +140,7 @@ void launch_matmul(int K, int cb, int gemm_from, const MoeArgs& a, cudaStream_t 
   if (gemm_from != kNoGemm) {
     MoeArgs g = a;
     g.min_rows = gemm_from;
-    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g, exl3dev::wide_prefill(exl3dev::gemm_smem_bytes_of(K, true) + sizeof(int) * (exl3dev::kMoeMaxExperts + 1)), s);
+    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g, exl3dev::wide_prefill_policy(), s);
   }
 }
 
@@ -309,6 +309,19 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
   dn.kc_steps = exl3_k_chunk(Ip, Dp) / 16;
   dn.chunks = split ? static_cast<int>(Ip / exl3_k_chunk(Ip, Dp)) : 1;
   launch_matmul(L.K[2], static_cast<int>(L.codebook[2]), gemm_from, dn, stream);
+}
+
+bool exl3_moe_wide_prefill_fits(int K) {
+  switch (K) {
+    case 1: return exl3dev::moe_gemm_wide_fits<1>();
+    case 2: return exl3dev::moe_gemm_wide_fits<2>();
+    case 3: return exl3dev::moe_gemm_wide_fits<3>();
+    case 4: return exl3dev::moe_gemm_wide_fits<4>();
+    case 5: return exl3dev::moe_gemm_wide_fits<5>();
+    case 6: return exl3dev::moe_gemm_wide_fits<6>();
+    case 7: return exl3dev::moe_gemm_wide_fits<7>();
+    default: return exl3dev::moe_gemm_wide_fits<8>();
+  }
 }
 
 }  // namespace ft::cuda

@@ -83,6 +83,10 @@ void exl3_moe_workspace_init(void* workspace, size_t bytes, cudaStream_t stream)
 void exl3_moe_experts(const Exl3MoeLayer& layer, const MoeRoutes& r, const MoeDispatch& d, const float* x,
                       int64_t ld_x, float limit, float* Y, void* workspace, cudaStream_t stream);
 
+// Whether the current device holds the wide shape of the prefill form for a K-bit projection
+// (exl3_set_wide_prefill in exl3_linear.h; a projection that does not fit runs narrow).
+bool exl3_moe_wide_prefill_fits(int K);
+
 // The SwiGLU + down-projection input transform alone (what exl3_moe_experts runs between its
 // matmuls), for tests that rebuild an expert from separate linears: rows of g and u ([rows][ld]
 // fp32, ld ≥ inter_p), suh of the down projection [inter_p] → permuted fp16 xh [rows][inter_p]

@@ -51,7 +51,10 @@ __global__ void __launch_bounds__(GemmShape<WIDE>::kThreads, 1) exl3_moe_gemm_ke
   }
 }
 
+// `wide`: the policy asks for the wide shape (it runs where the device holds it, else narrow).
 template <int K>
 void launch_moe_gemm(int cb, int grid, const MoeArgs& a, bool wide, cudaStream_t stream);
+template <int K>
+bool moe_gemm_wide_fits();
 
 }  // namespace ft::cuda::exl3dev

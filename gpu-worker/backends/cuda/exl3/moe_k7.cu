@@ -4,4 +4,5 @@
 namespace ft::cuda::exl3dev {
 template void launch_moe<7>(int cb, int grid, const MoeArgs& a, cudaStream_t stream);
 template void launch_moe_gemm<7>(int cb, int grid, const MoeArgs& a, bool wide, cudaStream_t stream);
+template bool moe_gemm_wide_fits<7>();
 }  // namespace ft::cuda::exl3dev
