@@ -332,6 +332,70 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Uniform routes: each of n tokens picks top_k distinct experts of E at random (ascending), with
+// their dispatch as ops/moe.h lays it out (offsets, picks sorted by expert, active experts).
+struct HostRoutes {
+  std::vector<int32_t> expert, offsets, sorted, active;
+};
+HostRoutes uniform_routes(int n, int E, int top_k, std::mt19937_64& rng) {
+  HostRoutes h;
+  for (int t = 0; t < n; ++t) {
+    std::vector<int32_t> all(E);
+    for (int e = 0; e < E; ++e) all[e] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    std::sort(all.begin(), all.begin() + top_k);
+    h.expert.insert(h.expert.end(), all.begin(), all.begin() + top_k);
+  }
+  h.offsets.assign(E + 1, 0);
+  for (int32_t e : h.expert) ++h.offsets[e + 1];
+  for (int e = 0; e < E; ++e) h.offsets[e + 1] += h.offsets[e];
+  std::vector<int32_t> fill(h.offsets.begin(), h.offsets.end() - 1);
+  h.sorted.resize(h.expert.size());
+  for (size_t p = 0; p < h.expert.size(); ++p) h.sorted[fill[h.expert[p]]++] = static_cast<int32_t>(p);
+  for (int e = 0; e < E; ++e)
+    if (h.offsets[e + 1] > h.offsets[e]) h.active.push_back(e);
+  return h;
+}
+
+// Device buffers for the routes of up to max_n tokens (weights left as allocated: the benchmarks
+// time the matmuls, not the combine).
+struct DeviceRoutes {
+  int32_t *expert, *offsets, *sorted, *active, *n_active;
+  float* weight;
+  DeviceRoutes(int max_n, int top_k, int E)
+      : expert(dev_alloc<int32_t>(static_cast<size_t>(max_n) * top_k)),
+        offsets(dev_alloc<int32_t>(E + 1)),
+        sorted(dev_alloc<int32_t>(static_cast<size_t>(max_n) * top_k)),
+        active(dev_alloc<int32_t>(E)),
+        n_active(dev_alloc<int32_t>(1)),
+        weight(dev_alloc<float>(static_cast<size_t>(max_n) * top_k)) {}
+  ~DeviceRoutes() {
+    for (void* p : {static_cast<void*>(expert), static_cast<void*>(offsets), static_cast<void*>(sorted),
+                    static_cast<void*>(active), static_cast<void*>(n_active), static_cast<void*>(weight)})
+      cudaFree(p);
+  }
+  DeviceRoutes(const DeviceRoutes&) = delete;
+  DeviceRoutes& operator=(const DeviceRoutes&) = delete;
+  void upload(const HostRoutes& h) const {
+    const int32_t na = static_cast<int32_t>(h.active.size());
+    FT_CUDA_CHECK(cudaMemcpy(expert, h.expert.data(), h.expert.size() * 4, cudaMemcpyHostToDevice));
+    FT_CUDA_CHECK(cudaMemcpy(offsets, h.offsets.data(), h.offsets.size() * 4, cudaMemcpyHostToDevice));
+    FT_CUDA_CHECK(cudaMemcpy(sorted, h.sorted.data(), h.sorted.size() * 4, cudaMemcpyHostToDevice));
+    FT_CUDA_CHECK(cudaMemcpy(active, h.active.data(), h.active.size() * 4, cudaMemcpyHostToDevice));
+    FT_CUDA_CHECK(cudaMemcpy(n_active, &na, 4, cudaMemcpyHostToDevice));
+  }
+  MoeRoutes routes(int n, int top_k) const {
+    MoeRoutes r;
+    r.expert = expert, r.weight = weight, r.n = n, r.top_k = top_k;
+    return r;
+  }
+  MoeDispatch dispatch() const {
+    MoeDispatch d;
+    d.offsets = offsets, d.sorted_pick = sorted, d.active = active, d.n_active = n_active;
+    return d;
+  }
+};
+
 struct MoeRow {
   std::string where;
   int n, experts;
@@ -432,57 +496,29 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, const std::string&
   const size_t wsb = exl3_moe_workspace_bytes(geo, max_n, top_k);
   auto* ws = dev_alloc<unsigned char>(wsb);
   exl3_moe_workspace_init(ws, wsb, nullptr);
-  auto* d_exp = dev_alloc<int32_t>(max_n * top_k);
-  auto* d_w = dev_alloc<float>(max_n * top_k);
-  auto* d_off = dev_alloc<int32_t>(E + 1);
-  auto* d_sorted = dev_alloc<int32_t>(max_n * top_k);
-  auto* d_active = dev_alloc<int32_t>(E);
-  auto* d_nact = dev_alloc<int32_t>(1);
+  const DeviceRoutes dr(max_n, top_k, E);
   std::mt19937_64 rng(9);
   for (int n : {1, 2, 4, 8}) {
     // Picks spread over the experts so consecutive calls read different ones (the host pool is
     // far beyond the L2).
     const int calls = o.quick ? 6 : 16;
-    std::vector<std::vector<int32_t>> exp(calls), off(calls), sorted(calls), active(calls);
-    for (int c = 0; c < calls; ++c) {
-      for (int t = 0; t < n; ++t) {
-        std::vector<int32_t> all(E);
-        for (int e = 0; e < E; ++e) all[e] = e;
-        std::shuffle(all.begin(), all.end(), rng);
-        std::sort(all.begin(), all.begin() + top_k);
-        exp[c].insert(exp[c].end(), all.begin(), all.begin() + top_k);
-      }
-      off[c].assign(E + 1, 0);
-      for (int32_t e : exp[c]) ++off[c][e + 1];
-      for (int e = 0; e < E; ++e) off[c][e + 1] += off[c][e];
-      std::vector<int32_t> fill(off[c].begin(), off[c].end() - 1);
-      sorted[c].resize(exp[c].size());
-      for (size_t p = 0; p < exp[c].size(); ++p) sorted[c][fill[exp[c][p]]++] = static_cast<int32_t>(p);
-      for (int e = 0; e < E; ++e)
-        if (off[c][e + 1] > off[c][e]) active[c].push_back(e);
-    }
+    std::vector<HostRoutes> hr;
+    for (int c = 0; c < calls; ++c) hr.push_back(uniform_routes(n, E, top_k, rng));
     double distinct = 0;
-    for (int c = 0; c < calls; ++c) distinct += static_cast<double>(active[c].size());
+    for (int c = 0; c < calls; ++c) distinct += static_cast<double>(hr[c].active.size());
     distinct /= calls;
     for (const Variant& v : variants) {
       geo.table = v.table;
       geo.split_picks = v.split_picks;
-      MoeRoutes r;
-      r.expert = d_exp, r.weight = d_w, r.n = n, r.top_k = top_k;
-      MoeDispatch d;
-      d.offsets = d_off, d.sorted_pick = d_sorted, d.active = d_active, d.n_active = d_nact;
+      const MoeRoutes r = dr.routes(n, top_k);
+      const MoeDispatch d = dr.dispatch();
       // Each call is timed alone (its routes uploaded before it) and reads other experts than the
       // call before it; the first pass over the calls is a warm-up.
       double total_us = 0;
       for (int rep = 0; rep < 2; ++rep) {
         total_us = 0;
         for (int c = 0; c < calls; ++c) {
-          const int32_t na = static_cast<int32_t>(active[c].size());
-          FT_CUDA_CHECK(cudaMemcpy(d_exp, exp[c].data(), exp[c].size() * 4, cudaMemcpyHostToDevice));
-          FT_CUDA_CHECK(cudaMemcpy(d_off, off[c].data(), off[c].size() * 4, cudaMemcpyHostToDevice));
-          FT_CUDA_CHECK(cudaMemcpy(d_sorted, sorted[c].data(), sorted[c].size() * 4, cudaMemcpyHostToDevice));
-          FT_CUDA_CHECK(cudaMemcpy(d_active, active[c].data(), active[c].size() * 4, cudaMemcpyHostToDevice));
-          FT_CUDA_CHECK(cudaMemcpy(d_nact, &na, 4, cudaMemcpyHostToDevice));
+          dr.upload(hr[c]);
           total_us += tm.once([&] { exl3_moe_experts(geo, r, d, x, D, 10.0f, Y, ws, nullptr); });
         }
       }
@@ -501,10 +537,7 @@ std::vector<MoeRow> bench_moe(const Opts& o, const Bounds& B, const std::string&
     }
   }
   for (void* p : {static_cast<void*>(vram), static_cast<void*>(dth), static_cast<void*>(dtv), static_cast<void*>(dts),
-                  static_cast<void*>(x),
-                  static_cast<void*>(Y), static_cast<void*>(ws), static_cast<void*>(d_exp), static_cast<void*>(d_w),
-                  static_cast<void*>(d_off), static_cast<void*>(d_sorted), static_cast<void*>(d_active),
-                  static_cast<void*>(d_nact)})
+                  static_cast<void*>(x), static_cast<void*>(Y), static_cast<void*>(ws)})
     FT_CUDA_CHECK(cudaFree(p));
   exl3_unmap_host_experts(mem.data());
   return rows;
@@ -552,41 +585,16 @@ std::vector<MoePrefillRow> bench_moe_prefill(const Opts& o) {
   const size_t wsb = exl3_moe_workspace_bytes(geo, max_n, top_k);
   auto* ws = dev_alloc<unsigned char>(wsb);
   exl3_moe_workspace_init(ws, wsb, nullptr);
-  auto* d_exp = dev_alloc<int32_t>(static_cast<size_t>(max_n) * top_k);
-  auto* d_w = dev_alloc<float>(static_cast<size_t>(max_n) * top_k);
-  auto* d_off = dev_alloc<int32_t>(E + 1);
-  auto* d_sorted = dev_alloc<int32_t>(static_cast<size_t>(max_n) * top_k);
-  auto* d_active = dev_alloc<int32_t>(E);
-  auto* d_nact = dev_alloc<int32_t>(1);
+  const DeviceRoutes dr(max_n, top_k, E);
   std::mt19937_64 rng(11);
   Timer tm;
   std::vector<MoePrefillRow> rows;
   for (int n : token_counts) {
-    std::vector<int32_t> exp, off(E + 1, 0), sorted, active;
-    for (int t = 0; t < n; ++t) {
-      std::vector<int32_t> all(E);
-      for (int e = 0; e < E; ++e) all[e] = e;
-      std::shuffle(all.begin(), all.end(), rng);
-      std::sort(all.begin(), all.begin() + top_k);
-      exp.insert(exp.end(), all.begin(), all.begin() + top_k);
-    }
-    for (int32_t e : exp) ++off[e + 1];
-    for (int e = 0; e < E; ++e) off[e + 1] += off[e];
-    std::vector<int32_t> fill(off.begin(), off.end() - 1);
-    sorted.resize(exp.size());
-    for (size_t p = 0; p < exp.size(); ++p) sorted[fill[exp[p]]++] = static_cast<int32_t>(p);
-    for (int e = 0; e < E; ++e)
-      if (off[e + 1] > off[e]) active.push_back(e);
-    const int32_t na = static_cast<int32_t>(active.size());
-    FT_CUDA_CHECK(cudaMemcpy(d_exp, exp.data(), exp.size() * 4, cudaMemcpyHostToDevice));
-    FT_CUDA_CHECK(cudaMemcpy(d_off, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
-    FT_CUDA_CHECK(cudaMemcpy(d_sorted, sorted.data(), sorted.size() * 4, cudaMemcpyHostToDevice));
-    FT_CUDA_CHECK(cudaMemcpy(d_active, active.data(), active.size() * 4, cudaMemcpyHostToDevice));
-    FT_CUDA_CHECK(cudaMemcpy(d_nact, &na, 4, cudaMemcpyHostToDevice));
-    MoeRoutes r;
-    r.expert = d_exp, r.weight = d_w, r.n = n, r.top_k = top_k;
-    MoeDispatch d;
-    d.offsets = d_off, d.sorted_pick = d_sorted, d.active = d_active, d.n_active = d_nact;
+    const HostRoutes hr = uniform_routes(n, E, top_k, rng);
+    const int na = static_cast<int>(hr.active.size());
+    dr.upload(hr);
+    const MoeRoutes r = dr.routes(n, top_k);
+    const MoeDispatch d = dr.dispatch();
     const double flop = 2.0 * n * top_k * 3.0 * static_cast<double>(D * I);
     for (int host_side = 0; host_side < 2; ++host_side) {
       MoePrefillRow row;
@@ -610,9 +618,7 @@ std::vector<MoePrefillRow> bench_moe_prefill(const Opts& o) {
     }
   }
   for (void* p : {static_cast<void*>(vram), static_cast<void*>(dth), static_cast<void*>(dtv), static_cast<void*>(x),
-                  static_cast<void*>(Y), static_cast<void*>(ws), static_cast<void*>(d_exp), static_cast<void*>(d_w),
-                  static_cast<void*>(d_off), static_cast<void*>(d_sorted), static_cast<void*>(d_active),
-                  static_cast<void*>(d_nact)})
+                  static_cast<void*>(Y), static_cast<void*>(ws)})
     FT_CUDA_CHECK(cudaFree(p));
   exl3_unmap_host_experts(mem.data());
   return rows;

@@ -54,16 +54,11 @@ constexpr size_t gemm_smem_bytes() {
   return gemm_stage_region_bytes<K, WIDE>() + GemmShape<WIDE>::kTotBytes + kSmemAlignSlack;
 }
 
-// gemm_smem_bytes for a run-time K (host side: does the wide shape fit the device?).
-inline size_t gemm_smem_bytes_of(int K, bool wide) {
-  switch (K) {
-#define FT_GEMM_SMEM_CASE(k) \
-  case k: return wide ? gemm_smem_bytes<k, true>() : gemm_smem_bytes<k, false>();
-    FT_GEMM_SMEM_CASE(1) FT_GEMM_SMEM_CASE(2) FT_GEMM_SMEM_CASE(3) FT_GEMM_SMEM_CASE(4)
-    FT_GEMM_SMEM_CASE(5) FT_GEMM_SMEM_CASE(6) FT_GEMM_SMEM_CASE(7)
-#undef FT_GEMM_SMEM_CASE
-    default: return wide ? gemm_smem_bytes<8, true>() : gemm_smem_bytes<8, false>();
-  }
+// The wide shape's shared memory fits this device (the linear kernel has no static shared memory;
+// the MoE form's check, moe_gemm_wide_fits, adds its own).
+template <int K>
+bool gemm_wide_fits() {
+  return smem_fits(gemm_smem_bytes<K, true>());
 }
 
 // Row n's 16-byte chunk c (c = 4·(32-input block) + lane quad) inside a staged x stage: odd rows
@@ -210,11 +205,9 @@ __device__ __forceinline__ void gemm_block_store(const GemmTot& tot, uint32_t* s
         for (int g = 0; g < kGemmGroups / 2; ++g)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int gg = g + half * (kGemmGroups / 2);
             float v;
-            if constexpr (WIDE) v = *gemm_tot_slot<WIDE, K>(smem, gg, i);
+            if constexpr (WIDE) v = *gemm_tot_slot<WIDE, K>(smem, g + half * (kGemmGroups / 2), i);
             else v = half ? tot[g + kGemmGroups / 2][i] : tot[g][i];
-            (void)gg;
             tile[acc_row(g, lane, i) * 128 + acc_col(pw & 3, h, lane, i)] = v;
           }
       }
@@ -268,9 +261,10 @@ void launch_gemm_shape(const LinearArgs& a, cudaStream_t stream) {
   FT_CUDA_CHECK_LAUNCH();
 }
 
+// `wide`: the policy asks for the wide shape (it runs where the device holds it, else narrow).
 template <int K, int CB>
 void launch_gemm_one(const LinearArgs& a, bool wide, cudaStream_t stream) {
-  if (wide) launch_gemm_shape<K, CB, true>(a, stream);
+  if (wide && gemm_wide_fits<K>()) launch_gemm_shape<K, CB, true>(a, stream);
   else launch_gemm_shape<K, CB, false>(a, stream);
 }
 

@@ -1,9 +1,26 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 // Launch sizing shared by the EXL3 launchers (host only).
 namespace ft::cuda::exl3dev {
+
+// f(std::integral_constant<int, K>{}) for a run-time K in 1…8 (8 for anything above 7; the
+// callers have checked K): how a launcher reaches the kernels instantiated per K.
+template <class F>
+decltype(auto) dispatch_k(int K, F&& f) {
+  switch (K) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
 
 // Multiprocessors of the current device (queried once per device; grid caps only, never results).
 int sm_count();

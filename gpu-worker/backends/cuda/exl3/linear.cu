@@ -58,16 +58,7 @@ void check_linear(const Exl3LinearDev& L) {
 }
 
 void launch_gemv_k(int K, int cb, const GemvLaunch& l, const LinearArgs& a, cudaStream_t s) {
-  switch (K) {
-    case 1: return launch_gemv<1>(cb, l, a, s);
-    case 2: return launch_gemv<2>(cb, l, a, s);
-    case 3: return launch_gemv<3>(cb, l, a, s);
-    case 4: return launch_gemv<4>(cb, l, a, s);
-    case 5: return launch_gemv<5>(cb, l, a, s);
-    case 6: return launch_gemv<6>(cb, l, a, s);
-    case 7: return launch_gemv<7>(cb, l, a, s);
-    default: return launch_gemv<8>(cb, l, a, s);
-  }
+  exl3dev::dispatch_k(K, [&](auto k) { launch_gemv<decltype(k)::value>(cb, l, a, s); });
 }
 
 }  // namespace
@@ -78,7 +69,9 @@ Exl3Programmatic exl3_programmatic_launch() {
 }
 void exl3_set_wide_prefill(bool on) { exl3dev::set_wide_prefill(on); }
 bool exl3_wide_prefill() { return exl3dev::wide_prefill_policy(); }
-bool exl3_wide_prefill_fits(int K) { return exl3dev::smem_fits(exl3dev::gemm_smem_bytes_of(K, true)); }
+bool exl3_wide_prefill_fits(int K) {
+  return exl3dev::dispatch_k(K, [](auto k) { return exl3dev::gemm_wide_fits<decltype(k)::value>(); });
+}
 uint64_t exl3_wide_prefill_launches() { return exl3dev::wide_launches(); }
 
 int exl3_k_chunk(int64_t in_p, int64_t out_p) {
@@ -166,8 +159,7 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   l.split = rows <= 32 && a.chunks > 1 && a.nblk * a.nrb < kSplitMaxItems;
   const int64_t items = static_cast<int64_t>(a.nrb) * a.nblk * (l.split ? a.chunks : 1);
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
-  // The linear kernel has no static shared memory: its dynamic bytes are all it asks for.
-  l.wide = l.gemm && exl3dev::wide_prefill_policy() && exl3dev::smem_fits(exl3dev::gemm_smem_bytes_of(L.K, true));
+  l.wide = l.gemm && exl3dev::wide_prefill_policy();  // where the device holds it (launch_gemm_one)
   l.programmatic = !l.gemm && exl3dev::programmatic_launch(rows);
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);
 }

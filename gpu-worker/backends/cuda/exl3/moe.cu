@@ -87,16 +87,7 @@ MoeWs moe_ws(const Exl3MoeLayer& L, int64_t P) {
 }
 
 void launch_moe_k(int K, int cb, int grid, const MoeArgs& a, cudaStream_t s) {
-  switch (K) {
-    case 1: return launch_moe<1>(cb, grid, a, s);
-    case 2: return launch_moe<2>(cb, grid, a, s);
-    case 3: return launch_moe<3>(cb, grid, a, s);
-    case 4: return launch_moe<4>(cb, grid, a, s);
-    case 5: return launch_moe<5>(cb, grid, a, s);
-    case 6: return launch_moe<6>(cb, grid, a, s);
-    case 7: return launch_moe<7>(cb, grid, a, s);
-    default: return launch_moe<8>(cb, grid, a, s);
-  }
+  exl3dev::dispatch_k(K, [&](auto k) { launch_moe<decltype(k)::value>(cb, grid, a, s); });
 }
 
 constexpr int kNoGemm = std::numeric_limits<int>::max();
@@ -116,16 +107,7 @@ int default_gemm_from() {
 }
 
 void launch_moe_gemm_k(int K, int cb, int grid, const MoeArgs& a, bool wide, cudaStream_t s) {
-  switch (K) {
-    case 1: return launch_moe_gemm<1>(cb, grid, a, wide, s);
-    case 2: return launch_moe_gemm<2>(cb, grid, a, wide, s);
-    case 3: return launch_moe_gemm<3>(cb, grid, a, wide, s);
-    case 4: return launch_moe_gemm<4>(cb, grid, a, wide, s);
-    case 5: return launch_moe_gemm<5>(cb, grid, a, wide, s);
-    case 6: return launch_moe_gemm<6>(cb, grid, a, wide, s);
-    case 7: return launch_moe_gemm<7>(cb, grid, a, wide, s);
-    default: return launch_moe_gemm<8>(cb, grid, a, wide, s);
-  }
+  exl3dev::dispatch_k(K, [&](auto k) { launch_moe_gemm<decltype(k)::value>(cb, grid, a, wide, s); });
 }
 
 // One matmul of the layer over every dispatched pick: experts with at least gemm_from picks in
@@ -312,16 +294,7 @@ void exl3_moe_experts(const Exl3MoeLayer& L, const MoeRoutes& r, const MoeDispat
 }
 
 bool exl3_moe_wide_prefill_fits(int K) {
-  switch (K) {
-    case 1: return exl3dev::moe_gemm_wide_fits<1>();
-    case 2: return exl3dev::moe_gemm_wide_fits<2>();
-    case 3: return exl3dev::moe_gemm_wide_fits<3>();
-    case 4: return exl3dev::moe_gemm_wide_fits<4>();
-    case 5: return exl3dev::moe_gemm_wide_fits<5>();
-    case 6: return exl3dev::moe_gemm_wide_fits<6>();
-    case 7: return exl3dev::moe_gemm_wide_fits<7>();
-    default: return exl3dev::moe_gemm_wide_fits<8>();
-  }
+  return exl3dev::dispatch_k(K, [](auto k) { return exl3dev::moe_gemm_wide_fits<decltype(k)::value>(); });
 }
 
 }  // namespace ft::cuda
