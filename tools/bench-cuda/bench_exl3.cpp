@@ -16,7 +16,8 @@
 //     every expert in 32-row batches against the default (crowded experts in the prefill form);
 //   * prefill: exl3_linear at 512…8192 rows, TFLOP/s against cuBLASLt bf16 on the dense shape.
 // Tables in markdown at the end. --quick: fewer shapes and repetitions (≈ 1 minute);
-// --only gemv,moe,moeprefill,prefill: those sections alone.
+// --only gemv,moe,moeprefill,prefill: those sections alone; --gemv-shape S, --gemv-k 3: the GEMV
+// shapes whose name contains S, those K (what tools/gpu/profile-gemm.sh's gemv entry profiles).
 // Memory: ≤ 7 GB on the GPU (the MoE prefill section's 8192-token workspace), ≤ 1.5 GB pinned
 // host memory.
 #include <cuda_runtime.h>
@@ -59,6 +60,8 @@ struct Opts {
   bool quick = false;
   std::vector<std::string> sections = {"gemv", "moe", "moeprefill", "prefill"};
   std::vector<std::string> moe_memory = {"malloc"};
+  std::string gemv_shape;  // --gemv-shape S: only the GEMV shapes whose name contains S
+  std::vector<int> gemv_k = {2, 3, 4};
   bool wants(const std::string& s) const { return std::find(sections.begin(), sections.end(), s) != sections.end(); }
 };
 
@@ -252,6 +255,8 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
                                {"MLA o 16384→4096", 16384, 4096},        {"KDA q/k/v 4096→8192", 4096, 8192},
                                {"KDA o 8192→4096", 8192, 4096}};
   if (o.quick) shapes = {shapes[0], shapes[1], shapes[6]};
+  if (!o.gemv_shape.empty())
+    std::erase_if(shapes, [&](const Shape& s) { return std::string(s.name).find(o.gemv_shape) == std::string::npos; });
   const size_t pool_bytes = size_t{1} << 30;
   auto* pool = dev_alloc<unsigned char>(pool_bytes);
   FT_CUDA_CHECK(cudaMemset(pool, 0x5A, pool_bytes));
@@ -278,7 +283,7 @@ std::vector<GemvRow> bench_gemv(const Opts& o, const Bounds& B) {
   exl3_set_programmatic_launch(Exl3Programmatic::Off);
   std::vector<GemvRow> rows;
   for (const Shape& s : shapes)
-    for (int K : {2, 3, 4}) {
+    for (int K : o.gemv_k) {
       const int64_t bytes = s.in * s.out * K / 8;
       const int64_t stride = (bytes + 255) / 256 * 256;
       const int copies = static_cast<int>(std::max<int64_t>(2, std::min<int64_t>(4096, pool_bytes / stride)));
@@ -646,8 +651,11 @@ std::vector<PrefillRow> bench_prefill(const Opts& o) {
   have_cublas = ft::bench::cublaslt_available(&why);
 #endif
   if (!have_cublas) std::printf("cuBLASLt reference unavailable: %s\n", why.c_str());
-  std::printf("prefill kernel shape: %s (FLASHTIER_EXL3_WIDE=on for the wide one; it fits this device at K=3: %s)\n",
-              exl3_wide_prefill() && exl3_wide_prefill_fits(3) ? "wide, 16 warps x 256 columns" : "narrow, 8 warps x 128 columns",
+  const Exl3Wide wide = exl3_wide_prefill();
+  std::printf("prefill kernel shape: %s (FLASHTIER_EXL3_WIDE=off|auto|on; the wide one fits this device at K=3: %s)\n",
+              !exl3_wide_prefill_fits(3) || wide == Exl3Wide::Off ? "narrow, 8 warps x 128 columns"
+              : wide == Exl3Wide::On ? "wide, 16 warps x 256 columns"
+                                     : "auto (a linear wide where its waves pay, the MoE form wide)",
               exl3_wide_prefill_fits(3) ? "yes" : "no");
   const int64_t max_rows = row_counts.back();
   auto* x = dev_alloc<float>(max_rows * 4096);
@@ -706,10 +714,14 @@ int main(int argc, char** argv) {
     if (a == "--quick") o.quick = true;
     else if (a == "--only" && i + 1 < argc) o.sections = split_list(argv[++i]);
     else if (a == "--moe-memory" && i + 1 < argc) o.moe_memory = split_list(argv[++i]);
-    else {
+    else if (a == "--gemv-shape" && i + 1 < argc) o.gemv_shape = argv[++i];
+    else if (a == "--gemv-k" && i + 1 < argc) {
+      o.gemv_k.clear();
+      for (const std::string& k : split_list(argv[++i])) o.gemv_k.push_back(std::stoi(k));
+    } else {
       std::fprintf(stderr,
                    "usage: flashtier-bench-exl3 [--quick] [--only gemv,moe,moeprefill,prefill] "
-                   "[--moe-memory malloc,thp,4k,hugetlb,shm]\n");
+                   "[--moe-memory malloc,thp,4k,hugetlb,shm] [--gemv-shape NAME_PART] [--gemv-k 2,3,4]\n");
       return 2;
     }
   }

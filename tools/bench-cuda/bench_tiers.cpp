@@ -602,9 +602,10 @@ void run_engine(const Setup& S, int max_seqs, int64_t context, int64_t ctx, cons
     row.hit = hits / std::max(hits + misses, 1.0);
     row.hbm_gb = (weight_bytes * static_cast<double>((P + max_rows - 1) / max_rows) + hits * blk) / 1e9;
     row.pcie_gb = misses * blk / 1e9;
-    // Prefill's bound here is the PCIe side only (each chunk's missing experts read once); the
-    // compute side is not modelled, so "of bound" overstates how far from the machine it is.
-    row.bound_ms = row.pcie_gb / S.bw.zero_copy * 1e3;
+    // Prefill's bound here is the PCIe side only (each chunk's missing experts read once, at the
+    // faster of the link's two measured rates: staging copies, zero-copy reads); the compute
+    // side is not modelled, so "of bound" overstates how far from the machine it is.
+    row.bound_ms = row.pcie_gb / std::max(S.bw.zero_copy, S.bw.h2d) * 1e3;
     rows.push_back(row);
     print_rows({row});
   }
@@ -824,7 +825,7 @@ int main(int argc, char** argv) {
     }
     if (agreement > 0) run_agreement(S, agreement, agreement_passes);
     std::printf("\n### Summary (--vram-budget-gb %.0f; bound: HBM bytes at the HBM rate + miss bytes at the mode's rate: "
-                "exact zero-copy, cpu the CPU kernel's, fast both at once; prefill: PCIe only)\n",
+                "exact zero-copy, cpu the CPU kernel's, fast both at once; prefill: PCIe only, at the faster of H2D copy and zero-copy)\n",
                 budget_gb);
     print_rows(rows);
     remote.reset();

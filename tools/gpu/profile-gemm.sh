@@ -4,6 +4,7 @@
 #   dense  linear_tiled_kernel   (flashtier-bench-linear --quick)
 #   exl3   exl3_gemm_kernel      (flashtier-bench-exl3 --only prefill)
 #   moe    exl3_moe_gemm_kernel  (flashtier-bench-exl3 --only moeprefill)
+#   gemv, gemvkda  exl3_gemv_kernel at batch 1, MLA o / KDA q/k/v, K=3 (not run unless named)
 # and prints throughput against peak (tensor pipe, issue, shared memory, DRAM), occupancy and
 # the warp stall reasons: whether a kernel is short of issue slots, of tensor-core rate, of
 # shared-memory bandwidth, or waits on latency with too few warps. PROFILE="dense exl3 moe"
@@ -38,6 +39,10 @@ each() {
       dense) "$fn" dense linear_tiled_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
       exl3) "$fn" exl3 exl3_gemm_kernel 4 "$B/bin/flashtier-bench-exl3" --only prefill ;;
       moe) "$fn" moe exl3_moe_gemm_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
+      # The batch-1 GEMV at MLA o (16384→4096, K=3), eager calls after the first few.
+      gemv) "$fn" gemv exl3_gemv_kernel 20 "$B/bin/flashtier-bench-exl3" --only gemv --gemv-shape "MLA o" --gemv-k 3 ;;
+      # KDA q/k/v 4096→8192: the shape class of the KDA in-projection (4096→24,896).
+      gemvkda) "$fn" gemvkda exl3_gemv_kernel 20 "$B/bin/flashtier-bench-exl3" --only gemv --gemv-shape "KDA q" --gemv-k 3 ;;
     esac
   done
 }

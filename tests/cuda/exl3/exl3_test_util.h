@@ -82,13 +82,16 @@ struct RandomLinear {
 // Runs its scope with the wide prefill shape on (or off), then restores the policy.
 class WidePrefill {
  public:
-  explicit WidePrefill(bool on) : was_(cuda::exl3_wide_prefill()) { cuda::exl3_set_wide_prefill(on); }
+  // on: every prefill call wide where it fits (Exl3Wide::On, whatever Auto would pick); off: none.
+  explicit WidePrefill(bool on) : was_(cuda::exl3_wide_prefill()) {
+    cuda::exl3_set_wide_prefill(on ? cuda::Exl3Wide::On : cuda::Exl3Wide::Off);
+  }
   ~WidePrefill() { cuda::exl3_set_wide_prefill(was_); }
   WidePrefill(const WidePrefill&) = delete;
   WidePrefill& operator=(const WidePrefill&) = delete;
 
  private:
-  bool was_;
+  cuda::Exl3Wide was_;
 };
 
 }  // namespace ft::test::exl3gpu

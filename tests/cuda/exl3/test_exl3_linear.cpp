@@ -103,6 +103,20 @@ TEST_P(Exl3GpuLinear, BatchInvariantBits) {
   }
 }
 
+// Auto's rule against the H100 measurements it was fitted to (docs/perf.md, session 17, 132 SMs):
+// 4096→4096 × 512 rows ran 152 TFLOP/s narrow and 91 wide; 4096→8192 × 512 165 and 182; 2048 and
+// 8192 rows of either shape were faster wide. Host-only: runs without a GPU.
+TEST(Exl3WidePolicy, AutoPicksTheShapeTheMeasurementsFavour) {
+  EXPECT_FALSE(cuda::exl3_wide_prefill_pays(4096, 512, 132));
+  EXPECT_TRUE(cuda::exl3_wide_prefill_pays(8192, 512, 132));
+  EXPECT_TRUE(cuda::exl3_wide_prefill_pays(4096, 2048, 132));
+  EXPECT_TRUE(cuda::exl3_wide_prefill_pays(4096, 8192, 132));
+  EXPECT_TRUE(cuda::exl3_wide_prefill_pays(8192, 8192, 132));
+  // One narrow wave that a wide grid also needs a whole wave for: narrow wins.
+  EXPECT_FALSE(cuda::exl3_wide_prefill_pays(256, 33, 132));
+  EXPECT_FALSE(cuda::exl3_wide_prefill_pays(128, 8192, 132));
+}
+
 // The wide prefill shape (16 warps × 256 columns, running sums in shared memory) gives the
 // narrow shape's bits: outputs that fill one and a half wide blocks (the second's upper pairs
 // past the output), two, or a padded part of one; bias; Accumulate; short last row tiles and

@@ -158,14 +158,20 @@ void GpuExpertTier::after_step(int64_t n, bool admit, cudaStream_t s) {
   // 2. The policy sees what the step used; admissions are capped per step and go round the
   // layers (tiers::admit_step), so a budget smaller than the misses reaches every layer in turn.
   cache_.begin_step(admit);
+  // Each layer's distinct experts, ascending: a mark per expert, not a sort of the picks (an
+  // 8k-token chunk leaves 65,536 picks per layer; sorting them took ~100 ms of host time per
+  // step, docs/perf.md session 17).
   const int64_t picks = std::min<int64_t>(n, o_.max_tokens) * TK_;
   std::vector<std::vector<int32_t>> used(static_cast<size_t>(n_moe_));
+  std::vector<uint8_t> seen(static_cast<size_t>(E_));
   for (int m = 0; m < n_moe_; ++m) {
     const int32_t* r = routes_h_.get() + static_cast<int64_t>(m) * o_.max_tokens * TK_;
+    std::fill(seen.begin(), seen.end(), uint8_t{0});
+    for (int64_t i = 0; i < picks; ++i)
+      if (r[i] >= 0 && r[i] < E_) seen[static_cast<size_t>(r[i])] = 1;
     std::vector<int32_t>& u = used[static_cast<size_t>(m)];
-    u.assign(r, r + picks);
-    std::sort(u.begin(), u.end());
-    u.erase(std::unique(u.begin(), u.end()), u.end());
+    for (int32_t e = 0; e < E_; ++e)
+      if (seen[static_cast<size_t>(e)]) u.push_back(e);
   }
   const std::vector<tiers::Admission> admitted = tiers::admit_step(cache_, used, o_.admit_per_step, &admit_from_);
   cache_.end_step();

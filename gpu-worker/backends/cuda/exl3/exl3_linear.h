@@ -91,10 +91,17 @@ Exl3Programmatic exl3_programmatic_launch();
 // The wide shape of the prefill kernels (more than 32 rows, and the grouped MoE kernel's prefill
 // form): 16 warps × 256 columns with the running sums in shared memory (186–229 KB, so only on
 // parts that opt in that much: sm_90; elsewhere the narrow shape runs). Same bits either way.
-// Off by default until it has been timed (docs/perf.md, session 16); FLASHTIER_EXL3_WIDE=on sets
-// it for a process.
-void exl3_set_wide_prefill(bool on);
-bool exl3_wide_prefill();
+// Measured (docs/perf.md, session 17, H100): 1.08× the narrow shape's rate per SM at 2048–8192
+// rows and in the MoE prefill form, but a wide CTA is two narrow ones, so a linear whose grid is
+// about one wave of narrow CTAs loses (4096→4096 × 512 rows: 91 against 152 TFLOP/s). Auto (the
+// default) runs a linear wide where its waves of wide CTAs take less time than the narrow waves
+// at that rate (exl3_wide_prefill_pays) and the MoE form wide wherever it fits; On runs every
+// prefill call wide where it fits (the tests); FLASHTIER_EXL3_WIDE=off|auto|on sets the start.
+enum class Exl3Wide { Off = 0, Auto = 1, On = 2 };
+void exl3_set_wide_prefill(Exl3Wide policy);
+Exl3Wide exl3_wide_prefill();
+// Auto's rule for a linear of out_p padded outputs over `rows` rows on `sms` SMs.
+bool exl3_wide_prefill_pays(int64_t out_p, int64_t rows, int sms);
 // Whether the current device can run the wide shape of a K-bit linear (its shared memory; the
 // grouped MoE kernel's: exl3_moe_wide_prefill_fits in moe.h).
 bool exl3_wide_prefill_fits(int K);

@@ -22,12 +22,14 @@ int policy_from_env() {
 
 std::atomic<int> g_programmatic{policy_from_env()};  // an Exl3Programmatic value
 
-// FLASHTIER_EXL3_WIDE=on starts with the wide prefill shape (off when unset or anything else).
-bool wide_from_env() {
+// FLASHTIER_EXL3_WIDE=off|auto|on sets the wide prefill policy's start (auto when unset or unknown).
+int wide_from_env() {
   const char* v = std::getenv("FLASHTIER_EXL3_WIDE");
-  return v && std::string(v) == "on";
+  if (!v) return 1;
+  const std::string s(v);
+  return s == "off" ? 0 : s == "on" ? 2 : 1;
 }
-std::atomic<bool> g_wide{wide_from_env()};
+std::atomic<int> g_wide{wide_from_env()};  // an Exl3Wide value
 std::atomic<uint64_t> g_wide_launches{0};
 
 // `Attr` of the current device, queried once per device (attributes are never 0 here).
@@ -61,8 +63,8 @@ int programmatic_launch_policy() { return g_programmatic.load(std::memory_order_
 bool smem_fits(size_t smem_bytes) {
   return static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>()) >= smem_bytes;
 }
-void set_wide_prefill(bool on) { g_wide.store(on, std::memory_order_relaxed); }
-bool wide_prefill_policy() { return g_wide.load(std::memory_order_relaxed); }
+void set_wide_prefill(int policy) { g_wide.store(policy, std::memory_order_relaxed); }
+int wide_prefill_policy() { return g_wide.load(std::memory_order_relaxed); }
 void count_wide_launch() { g_wide_launches.fetch_add(1, std::memory_order_relaxed); }
 uint64_t wide_launches() { return g_wide_launches.load(std::memory_order_relaxed); }
 

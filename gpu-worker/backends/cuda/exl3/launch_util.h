@@ -36,8 +36,8 @@ int programmatic_launch_policy();
 bool smem_fits(size_t smem_bytes);
 // The policy for the wide shape of the prefill kernels (exl3_linear.h), and a count of the
 // launches that used it (host side, process-wide: tests check that the shape they ask for ran).
-void set_wide_prefill(bool on);
-bool wide_prefill_policy();
+void set_wide_prefill(int policy);  // an Exl3Wide value
+int wide_prefill_policy();
 void count_wide_launch();
 uint64_t wide_launches();
 

@@ -67,8 +67,16 @@ void exl3_set_programmatic_launch(Exl3Programmatic policy) { exl3dev::set_progra
 Exl3Programmatic exl3_programmatic_launch() {
   return static_cast<Exl3Programmatic>(exl3dev::programmatic_launch_policy());
 }
-void exl3_set_wide_prefill(bool on) { exl3dev::set_wide_prefill(on); }
-bool exl3_wide_prefill() { return exl3dev::wide_prefill_policy(); }
+void exl3_set_wide_prefill(Exl3Wide policy) { exl3dev::set_wide_prefill(static_cast<int>(policy)); }
+Exl3Wide exl3_wide_prefill() { return static_cast<Exl3Wide>(exl3dev::wide_prefill_policy()); }
+bool exl3_wide_prefill_pays(int64_t out_p, int64_t rows, int sms) {
+  // Both shapes take 128 rows per CTA; a wide CTA covers two 128-column blocks and is one per SM
+  // like a narrow one. Time ∝ waves × work per CTA: wide 2/1.08 per wave, narrow 1.
+  const int64_t row_blocks = (rows + 127) / 128, blocks = (out_p + 127) / 128;
+  const int64_t narrow = blocks * row_blocks, wide = (blocks + 1) / 2 * row_blocks;
+  const int64_t s = sms > 0 ? sms : 1;
+  return 200 * ((wide + s - 1) / s) < 108 * ((narrow + s - 1) / s);
+}
 bool exl3_wide_prefill_fits(int K) {
   return exl3dev::dispatch_k(K, [](auto k) { return exl3dev::gemm_wide_fits<decltype(k)::value>(); });
 }
@@ -159,7 +167,10 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   l.split = rows <= 32 && a.chunks > 1 && a.nblk * a.nrb < kSplitMaxItems;
   const int64_t items = static_cast<int64_t>(a.nrb) * a.nblk * (l.split ? a.chunks : 1);
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
-  l.wide = l.gemm && exl3dev::wide_prefill_policy();  // where the device holds it (launch_gemm_one)
+  // Where the device holds it (launch_gemm_one).
+  const auto wide = static_cast<Exl3Wide>(exl3dev::wide_prefill_policy());
+  l.wide = l.gemm && (wide == Exl3Wide::On ||
+                      (wide == Exl3Wide::Auto && exl3_wide_prefill_pays(L.out_p, rows, exl3dev::sm_count())));
   l.programmatic = !l.gemm && exl3dev::programmatic_launch(rows);
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);
 }

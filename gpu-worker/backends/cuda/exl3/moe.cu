@@ -122,7 +122,8 @@ void launch_matmul(int K, int cb, int gemm_from, const MoeArgs& a, cudaStream_t 
   if (gemm_from != kNoGemm) {
     MoeArgs g = a;
     g.min_rows = gemm_from;
-    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g, exl3dev::wide_prefill_policy(), s);
+    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g,
+                      exl3dev::wide_prefill_policy() != static_cast<int>(Exl3Wide::Off), s);
   }
 }
 

@@ -84,7 +84,7 @@ void exl3_moe_experts(const Exl3MoeLayer& layer, const MoeRoutes& r, const MoeDi
                       int64_t ld_x, float limit, float* Y, void* workspace, cudaStream_t stream);
 
 // Whether the current device holds the wide shape of the prefill form for a K-bit projection
-// (exl3_set_wide_prefill in exl3_linear.h; a projection that does not fit runs narrow).
+// (Exl3Wide in exl3_linear.h: wide unless Off; a projection that does not fit runs narrow).
 bool exl3_moe_wide_prefill_fits(int K);
 
 // The SwiGLU + down-projection input transform alone (what exl3_moe_experts runs between its

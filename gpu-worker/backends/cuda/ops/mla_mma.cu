@@ -1,7 +1,10 @@
 // Tensor-core path of mla_attend (mla.cu has the SIMT path, the merge and the launcher): the same
 // split partials, with q_abs·c and p·c on mma.sync m16n8k16 (fp16 × fp16 → fp32).
 //
-// Block (row, split, group of 32 heads), 8 warps, 32 selected tokens per shared-memory tile:
+// Block (row, split, group of 32 heads), 8 warps, 32 selected tokens per shared-memory tile. The
+// split's cache rows are looked up once, and tile i+1 streams in (cp.async, two buffers) while
+// tile i is computed, so the gather's latency is off the tile loop (the loop was latency-bound:
+// docs/perf.md, session 17):
 //   1. S[32 heads][32 tokens] = Q̃·Cᵀ: warp w computes the 16×8 tile (w/4, w%4) over all Rkv;
 //   2. online softmax per head (fp32): 8 lanes per head, p rounded to fp16 and summed as rounded;
 //   3. O[16 heads][Rkv/4] = corr·O + P·C: warp w owns heads 16·(w/4)…, channels (w%4)·Rkv/4….
@@ -14,13 +17,14 @@
 #include <cstdint>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/ops/linear_mma.cuh"
 #include "gpu-worker/backends/cuda/ops/mla.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
 namespace {
 
-constexpr int kHeads = 32;  // heads per block
+constexpr int kHeads = 32;  // heads per block (64 per block measured 3.5% slower at prefill: docs/perf.md)
 constexpr int kTile = 32;   // tokens per tile
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
@@ -28,17 +32,19 @@ constexpr int kMaxNtiles = 16;  // 8-channel n-tiles per warp in step 3: Rkv/32 
 constexpr int kSld = kTile + 1;  // fp32 S row stride
 constexpr int kPld = kTile + 8;  // fp16 P row stride: 80 B rows, ldmatrix conflict-free
 
+static_assert(kMlaSplitTokens % kTile == 0, "a split is whole tiles");
+
 struct MmaSmem {
   int64_t ld;                                    // halves per Q / C row: Rkv + 8 (16 B pad)
-  int64_t q, c, s, p, m, l, corr, qscale, trow;  // byte offsets
+  int64_t q, c, s, p, m, l, corr, qscale, trow;  // byte offsets (c: two tile buffers)
   int64_t bytes;
 };
-__host__ __device__ inline MmaSmem mma_smem(int64_t Rkv) {
+__host__ __device__ inline MmaSmem mma_smem(int64_t Rkv, int nbuf) {
   MmaSmem L;
   L.ld = Rkv + 8;
   L.q = 0;
   L.c = L.q + kHeads * L.ld * 2;
-  L.s = L.c + kTile * L.ld * 2;
+  L.s = L.c + nbuf * kTile * L.ld * 2;
   L.p = L.s + kHeads * kSld * 4;
   L.p = (L.p + 15) / 16 * 16;
   L.m = L.p + kHeads * kPld * 2;
@@ -46,7 +52,7 @@ __host__ __device__ inline MmaSmem mma_smem(int64_t Rkv) {
   L.corr = L.l + kHeads * 4;
   L.qscale = L.corr + kHeads * 4;
   L.trow = L.qscale + kHeads * 4;
-  L.bytes = L.trow + kTile * 8;
+  L.bytes = L.trow + kMlaSplitTokens * 8;
   return L;
 }
 
@@ -76,6 +82,10 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// NBUF: C tile buffers, 2 (tile i + 1 streams in under tile i) where the part's shared memory
+// holds them (~109 KB at Rkv 512: sm_90's 227 KB, not sm_86's 99 KB), else 1 (fetch, then
+// compute). The arithmetic is the same either way: the bits do not depend on NBUF.
+template <int NBUF>
 __global__ void __launch_bounds__(kThreads, 2)
     attend_mma_kernel(MlaAttendShape s, const __half* latent, SparseTables t, const int32_t* slots,
                       const int32_t* positions, const int32_t* sel_pools, const int32_t* sel_count,
@@ -92,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (begin >= nsel) return;
   const int64_t end = nsel < begin + kMlaSplitTokens ? nsel : begin + kMlaSplitTokens;
   const int Rkv = static_cast<int>(s.latent), NH = static_cast<int>(s.heads);
-  const MmaSmem L = mma_smem(Rkv);
+  const MmaSmem L = mma_smem(Rkv, NBUF);
   const int ld = static_cast<int>(L.ld);
   __half* qs = reinterpret_cast<__half*>(smem + L.q);
   __half* cs = reinterpret_cast<__half*>(smem + L.c);
@@ -132,6 +142,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int32_t* pools = sel_pools + r * s.pool_budget;
   const int32_t slot = slots[r];
   const int64_t bt = static_cast<int64_t>(kPoolsPerBlock) * kp;
+  // The split's cache rows, once (−1 past its end: those rows read as zeros, never NaN into P·C).
+  for (int j = threadIdx.x; j < kMlaSplitTokens; j += kThreads) {
+    int64_t row = -1;
+    if (begin + j < end) {
+      const int64_t tok = mla_selected_token(pools, cnt, pos, kp, begin + j);
+      row = static_cast<int64_t>(t.block_table[slot * t.max_blocks_per_seq + tok / bt]) * bt + tok % bt;
+    }
+    trow[j] = row;
+  }
   const int mt = warp / 4;                   // 16-head row tile of steps 1 and 3
   const int nt1 = warp % 4;                  // step 1: 8-token column tile
   const int ntiles = Rkv / 32;               // step 3: 8-channel tiles per warp
@@ -140,32 +159,45 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int i = 0; i < kMaxNtiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
-  for (int64_t t0 = begin; t0 < end; t0 += kTile) {
+  // Tile i (tokens begin + 32 i …) into buffer i % NBUF; one commit group per tile.
+  const int vec = Rkv / 8;
+  auto fetch = [&](int64_t i) {
+    __half* dst = cs + (i % NBUF) * kTile * ld;
+    const int64_t* rows = trow + i * kTile;
+    for (int k = threadIdx.x; k < kTile * vec; k += kThreads) {
+      const int j = k / vec, c8 = k % vec;
+      const int64_t row = rows[j];
+      lin::cp_async_ca16(lin::smem_addr(dst + j * ld + c8 * 8), latent + (row < 0 ? 0 : row * Rkv + c8 * 8), row >= 0);
+    }
+    lin::cp_async_commit();
+  };
+  const int64_t n_tiles = (end - begin + kTile - 1) / kTile;
+  __syncthreads();  // trow
+  if (NBUF == 2) fetch(0);
+
+  for (int64_t ti = 0; ti < n_tiles; ++ti) {
+    const int64_t t0 = begin + ti * kTile;
     const int nt = static_cast<int>(end - t0 < kTile ? end - t0 : kTile);
-    __syncthreads();  // the previous tile (C, P) is consumed; Q̃ and the softmax state are written
-    if (threadIdx.x < kTile) {
-      int64_t row = -1;
-      if (threadIdx.x < nt) {
-        const int64_t tok = mla_selected_token(pools, cnt, pos, kp, t0 + threadIdx.x);
-        row = static_cast<int64_t>(t.block_table[slot * t.max_blocks_per_seq + tok / bt]) * bt + tok % bt;
-      }
-      trow[threadIdx.x] = row;
-    }
+    // Every warp is past tile ti − 1's step 3, the last reader of the buffer this fetch fills.
     __syncthreads();
-    const int vec = Rkv / 8;
-    for (int i = threadIdx.x; i < kTile * vec; i += kThreads) {
-      const int j = i / vec, c8 = i % vec;
-      uint4 v = make_uint4(0, 0, 0, 0);  // rows past the split's end: zeros, never NaN into P·C
-      if (j < nt) v = *reinterpret_cast<const uint4*>(latent + trow[j] * Rkv + c8 * 8);
-      *reinterpret_cast<uint4*>(cs + j * ld + c8 * 8) = v;
+    if constexpr (NBUF == 2) {
+      if (ti + 1 < n_tiles) fetch(ti + 1);
+      else lin::cp_async_commit();  // an empty group keeps the wait count uniform
+      lin::cp_async_wait<1>();      // tile ti has landed (this thread's copies)
+    } else {
+      fetch(ti);
+      lin::cp_async_wait<0>();
     }
-    __syncthreads();
+    __syncthreads();  // … and every thread's; Q̃ and the softmax state are written
+    const __half* ct = cs + (ti % NBUF) * kTile * ld;
 
     // 1. S tile (mt, nt1) = Q̃[16 heads]·C[8 tokens]ᵀ over Rkv, k-steps ascending.
     {
       float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       const __half* a_row = qs + (mt * 16 + (lane & 15)) * ld + (lane >> 4) * 8;
-      const __half* b_row = cs + (nt1 * 8 + (lane & 7)) * ld + ((lane >> 3) & 1) * 8;
+      const __half* b_row = ct + (nt1 * 8 + (lane & 7)) * ld + ((lane >> 3) & 1) * 8;
+      // Unrolled so the next steps' ldmatrix loads issue under this step's mma (same order).
+#pragma unroll 4
       for (int k = 0; k < Rkv; k += 16) {
         uint32_t a[4], b[2];
         ldmatrix_x4(a, a_row + k);
@@ -226,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int k = 0; k < kTile; k += 16) {
         uint32_t a[4];
         ldmatrix_x4(a, a_row + k);
-        const __half* b_row = cs + (k + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + ch0;
+        const __half* b_row = ct + (k + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + ch0;
 #pragma unroll
         for (int i = 0; i < kMaxNtiles; ++i) {
           if (i < ntiles) {
@@ -264,13 +296,17 @@ void mla_attend_mma_partials(const MlaAttendShape& s, const __half* latent, cons
                              const SparseRows& rows, const int32_t* sel_pools, const int32_t* sel_count,
                              const float* q_abs, float* part_acc, float* part_ml, cudaStream_t stream) {
   if (s.latent % 32 != 0 || s.latent > 32 * kMaxNtiles) throw Error("mla_attend (mma): Rkv must be 32·k ≤ 512");
-  const MmaSmem L = mma_smem(s.latent);
-  FT_CUDA_CHECK(cudaFuncSetAttribute(attend_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(L.bytes)));
+  int dev = 0, optin = 0;
+  FT_CUDA_CHECK(cudaGetDevice(&dev));
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const bool two = mma_smem(s.latent, 2).bytes <= optin;
+  const MmaSmem L = mma_smem(s.latent, two ? 2 : 1);
+  const auto kernel = two ? attend_mma_kernel<2> : attend_mma_kernel<1>;
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L.bytes)));
   const dim3 grid(static_cast<unsigned>(rows.n), static_cast<unsigned>(s.max_splits()),
                   static_cast<unsigned>((s.heads + kHeads - 1) / kHeads));
-  attend_mma_kernel<<<grid, kThreads, L.bytes, stream>>>(s, latent, t, rows.slot, rows.pos, sel_pools, sel_count,
-                                                         q_abs, part_acc, part_ml, static_cast<int>(s.max_splits()));
+  kernel<<<grid, kThreads, L.bytes, stream>>>(s, latent, t, rows.slot, rows.pos, sel_pools, sel_count, q_abs, part_acc,
+                                              part_ml, static_cast<int>(s.max_splits()));
   FT_CUDA_CHECK_LAUNCH();
 }
 
