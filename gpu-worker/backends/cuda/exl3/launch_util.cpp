@@ -12,24 +12,18 @@ namespace ft::cuda::exl3dev {
 
 namespace {
 
-// FLASHTIER_EXL3_PDL=off|auto|on sets the start value (auto when unset or unknown).
-int policy_from_env() {
-  const char* v = std::getenv("FLASHTIER_EXL3_PDL");
+// A policy's start value from `var`=off|auto|on: 0, 1 or 2 (auto when unset or unknown), the
+// values of Exl3Programmatic and Exl3Wide.
+int policy_from_env(const char* var) {
+  const char* v = std::getenv(var);
   if (!v) return 1;
   const std::string s(v);
   return s == "off" ? 0 : s == "on" ? 2 : 1;
 }
 
-std::atomic<int> g_programmatic{policy_from_env()};  // an Exl3Programmatic value
+std::atomic<int> g_programmatic{policy_from_env("FLASHTIER_EXL3_PDL")};  // an Exl3Programmatic value
 
-// FLASHTIER_EXL3_WIDE=off|auto|on sets the wide prefill policy's start (auto when unset or unknown).
-int wide_from_env() {
-  const char* v = std::getenv("FLASHTIER_EXL3_WIDE");
-  if (!v) return 1;
-  const std::string s(v);
-  return s == "off" ? 0 : s == "on" ? 2 : 1;
-}
-std::atomic<int> g_wide{wide_from_env()};  // an Exl3Wide value
+std::atomic<int> g_wide{policy_from_env("FLASHTIER_EXL3_WIDE")};  // an Exl3Wide value
 std::atomic<uint64_t> g_wide_launches{0};
 
 // `Attr` of the current device, queried once per device (attributes are never 0 here).
