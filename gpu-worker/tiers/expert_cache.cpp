@@ -9,11 +9,16 @@
 
 namespace ft::tiers {
 
-ExpertCache::ExpertCache(int layers, int experts, int slots)
+ExpertCache::ExpertCache(int layers, int experts, int slots, CachePolicy policy)
     : layers_(layers), experts_(experts), where_(static_cast<size_t>(layers) * experts, -1),
       slot_owner_(static_cast<size_t>(std::max(slots, 0)), {-1, -1}), ref_(slot_owner_.size(), 0),
       pinned_at_(slot_owner_.size(), 0), usable_(static_cast<int>(slot_owner_.size())),
-      counters_(static_cast<size_t>(layers)) {}
+      counters_(static_cast<size_t>(layers)), policy_(policy), uses_(where_.size(), 0), in_window_(slot_owner_.size(), 0) {
+  if (policy_.age_every <= 0) policy_.age_every = 64 * std::max(slots, 1);
+  if (policy_.frequency_gate && slots > 1)
+    window_slots_ = std::clamp(static_cast<int>(policy_.window * slots + 0.5), 0, slots - 1);
+  for (int s = 0; s < window_slots_; ++s) in_window_[s] = 1;
+}
 
 void ExpertCache::begin_step(bool admit) {
   ++step_;  // pins are "pinned_at_ == step_": ending a step unpins everything at once
@@ -25,6 +30,12 @@ void ExpertCache::begin_step(bool admit) {
 }
 
 std::optional<int> ExpertCache::lookup(int layer, int expert) {
+  uint32_t& u = uses_[key(layer, expert)];
+  if (u < UINT32_MAX) ++u;
+  if (++lookups_ >= static_cast<uint64_t>(policy_.age_every)) {
+    for (uint32_t& v : uses_) v >>= 1;
+    lookups_ = 0;
+  }
   const int s = where_[key(layer, expert)];
   if (s < 0) {
     ++counters_[layer].misses;
@@ -36,38 +47,84 @@ std::optional<int> ExpertCache::lookup(int layer, int expert) {
   return s;
 }
 
-std::optional<int> ExpertCache::admit(int layer, int expert, std::pair<int, int>* evicted) {
+int ExpertCache::clock_victim(bool window) {
+  // CLOCK over the usable slots of one region: at most two sweeps (the first clears reference
+  // bits), skipping slots this step pinned; an empty slot is taken at once. −1: all pinned.
+  const int n = usable_;
+  int& hand = window ? window_hand_ : hand_;
+  for (int tries = 0; tries < 2 * n; ++tries) {
+    if (hand >= n) hand = 0;
+    const int s = hand++;
+    if (static_cast<bool>(in_window_[s]) != window || pinned_at_[s] == step_) continue;
+    if (slot_owner_[s].first >= 0 && ref_[s]) {
+      ref_[s] = 0;
+      continue;
+    }
+    return s;
+  }
+  return -1;
+}
+
+void ExpertCache::place(int s, int layer, int expert, std::pair<int, int>* evicted) {
+  if (slot_owner_[s].first >= 0) {
+    if (evicted) *evicted = slot_owner_[s];
+    where_[key(slot_owner_[s].first, slot_owner_[s].second)] = -1;
+    ++counters_[slot_owner_[s].first].evictions;
+  }
+  slot_owner_[s] = {layer, expert};
+  where_[key(layer, expert)] = s;
+  ref_[s] = 1;
+  pinned_at_[s] = step_;
+  ++counters_[layer].admissions;
+}
+
+std::optional<int> ExpertCache::admit(int layer, int expert, std::pair<int, int>* evicted, bool* declined) {
   if (evicted) *evicted = {-1, -1};
+  if (declined) *declined = false;
   if (!admit_ || slot_owner_.empty()) return std::nullopt;
   if (const int s = where_[key(layer, expert)]; s >= 0) {  // already present (admitted earlier this step)
     pinned_at_[s] = step_;
     return s;
   }
-  // CLOCK: sweep at most twice (first pass clears reference bits), skipping pinned slots.
-  const int n = usable_;
-  if (n == 0) return std::nullopt;
-  for (int tries = 0; tries < 2 * n; ++tries) {
-    if (hand_ >= n) hand_ = 0;
-    const int s = hand_;
-    hand_ = (hand_ + 1) % n;
-    if (pinned_at_[s] == step_) continue;
-    if (slot_owner_[s].first >= 0 && ref_[s]) {
-      ref_[s] = 0;
-      continue;
-    }
-    if (slot_owner_[s].first >= 0) {
-      if (evicted) *evicted = slot_owner_[s];
-      where_[key(slot_owner_[s].first, slot_owner_[s].second)] = -1;
-      ++counters_[slot_owner_[s].first].evictions;
-    }
-    slot_owner_[s] = {layer, expert};
-    where_[key(layer, expert)] = s;
-    ref_[s] = 1;
-    pinned_at_[s] = step_;
-    ++counters_[layer].admissions;
+  if (usable_ == 0) return std::nullopt;
+  auto decline = [&] {
+    ++declined_;
+    if (declined) *declined = true;
+    return std::nullopt;
+  };
+  auto uses_of = [&](int s) { return uses_[key(slot_owner_[s].first, slot_owner_[s].second)]; };
+  const uint32_t mine = uses_[key(layer, expert)];
+  if (!policy_.frequency_gate) {  // plain CLOCK over every slot
+    const int s = clock_victim(false);
+    if (s < 0) return std::nullopt;
+    place(s, layer, expert, evicted);
     return s;
   }
-  return std::nullopt;  // every slot pinned by this step
+  // The window: a newcomer enters there; the window's victim then competes with the main
+  // region's victim on recent uses, and the loser leaves the cache. No block moves: the winner
+  // stays in its slot, and the two slots swap regions.
+  const int v = window_slots_ > 0 ? clock_victim(true) : -1;
+  const int m = clock_victim(false);
+  if (v >= 0 && slot_owner_[v].first < 0) {  // room in the window
+    place(v, layer, expert, evicted);
+    return v;
+  }
+  if (v >= 0) {
+    if (m < 0 || (slot_owner_[m].first >= 0 && uses_of(m) >= uses_of(v))) {
+      place(v, layer, expert, evicted);  // the window's victim leaves
+      return v;
+    }
+    // The window's victim earns the main slot's place: v joins the main region, m the window.
+    in_window_[v] = 0;
+    in_window_[m] = 1;
+    place(m, layer, expert, evicted);
+    return m;
+  }
+  // No window (or all of it pinned): the newcomer competes with the main victim directly.
+  if (m < 0) return std::nullopt;
+  if (slot_owner_[m].first >= 0 && uses_of(m) > mine) return decline();
+  place(m, layer, expert, evicted);
+  return m;
 }
 
 void ExpertCache::end_step() { ++step_; }
@@ -91,7 +148,13 @@ std::vector<Admission> admit_step(ExpertCache& cache, const std::vector<std::vec
       Admission a;
       a.layer = l;
       a.expert = m[i++];
-      const std::optional<int> slot = cache.admit(l, a.expert, &a.evicted);
+      bool declined = false;
+      const std::optional<int> slot = cache.admit(l, a.expert, &a.evicted, &declined);
+      if (!slot && declined) {  // the victim is the more used: this miss stays out, others may not
+        idle = 0;
+        l = (l + 1) % layers;
+        continue;
+      }
       if (!slot) {  // admission off, or every slot pinned: nothing more this step
         *first_layer = l;
         return out;
