@@ -42,7 +42,9 @@ int usage() {
                "                              by a cost model calibrated at start; exact = zero-copy only; cpu = the\n"
                "                              CPU tier computes every miss\n"
                "  --expert-cache-gb G         VRAM expert cache (default 0: what the VRAM budget leaves)\n"
-               "  --admit-per-step N          expert blocks copied into the cache per step at most (default 16)\n"
+               "  --admit-per-step N          expert blocks copied into the cache per step at most (default 32)\n"
+               "  --cache-admission A         gated (default): a miss replaces the cache's CLOCK victim only if it was\n"
+               "                              used at least as often lately; clock: every miss may replace it\n"
                "  --staging-min-rows N        prefill chunks of at least N rows (default 512, at least 65) copy each\n"
                "                              MoE layer's experts that are not in VRAM into staging slots one layer\n"
                "                              ahead instead of reading them zero-copy per 32-row batch\n"
@@ -99,6 +101,13 @@ int main(int argc, char** argv) {
       else if (a == "--precision") o.precision = v;
       else if (a == "--expert-cache-gb") o.expert_cache_gb = std::stod(v);
       else if (a == "--admit-per-step") o.admit_per_step = std::stoi(v);
+      else if (a == "--cache-admission") {
+        if (v != "gated" && v != "clock") {
+          std::cerr << "flashtier-gpu-worker: --cache-admission must be gated or clock, not '" << v << "'\n";
+          return 2;
+        }
+        o.expert_cache_gate = v == "gated";
+      }
       else if (a == "--staging-min-rows") o.staging_min_rows = std::stoll(v);
       else if (a == "--staging-slots") o.staging_slots = std::stoi(v);
       else if (a == "--tier-wait-s") o.tier_wait_s = std::stoi(v);

@@ -26,7 +26,8 @@ struct EngineConfig {
   std::string expert_segment;
   std::string tier_mode = "fast";
   uint64_t expert_cache_bytes = 0;
-  int admit_per_step = 16;
+  int admit_per_step = 32;
+  bool expert_cache_gate = true;   // the cache's admission gate (CudaEngineOptions)
   int64_t staging_min_rows = 512;  // prefill staging (CudaEngineOptions)
   int staging_slots = -1;
 };

@@ -78,6 +78,7 @@ void WorkerCore::load() {
     ec.precision = opts_.precision;
     ec.expert_cache_bytes = static_cast<uint64_t>(opts_.expert_cache_gb * 1073741824.0);
     ec.admit_per_step = opts_.admit_per_step;
+    ec.expert_cache_gate = opts_.expert_cache_gate;
     ec.staging_min_rows = opts_.staging_min_rows;
     ec.staging_slots = opts_.staging_slots;
     if (backend == "cuda" && experts_) {

@@ -33,7 +33,8 @@ struct WorkerOptions {
   std::string tier_mode = "fast"; // remote experts on the CUDA backend: fast | exact | cpu
   std::string precision = "auto"; // CUDA backend: auto | fp32 | fp16 (CudaEngineOptions::precision)
   double expert_cache_gb = 0;     // VRAM expert cache (0: what the VRAM budget leaves)
-  int admit_per_step = 16;        // expert blocks copied into the cache per step at most
+  int admit_per_step = 32;        // expert blocks copied into the cache per step at most
+  bool expert_cache_gate = true;  // a miss replaces the cache's victim only if used as often lately
   int64_t staging_min_rows = 512; // prefill chunks of at least this many rows stage their experts
   int staging_slots = -1;         // cache slots staging borrows (−1: two MoE layers' worth, ≤ 3/4 of the cache; 0: off)
   int tier_wait_s = 300;          // how long a CUDA worker waits at load for the expert tier

@@ -168,7 +168,7 @@ struct Setup {
   SyntheticExl3Model* model = nullptr;
   std::string segment;
   uint64_t budget = 0, expert_cache = 0;
-  int admit = 16;
+  int admit = 32;
   tiers::SyntheticTraceOptions trace;
   std::string trace_file;
   uint64_t block_bytes = 0;
@@ -670,7 +670,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: flashtier-bench-tiers [--vram-budget-gb 24] [--pool-gb G] [--expert-cache-gb G] [--layers 45]\n"
                    "         [--experts 288] [--k 3] [--context 1024] [--long-context 32768 (0: skip)] [--batches 1,2,4,8]\n"
-                   "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 16] [--zipf 0.8]\n"
+                   "         [--prefill 8192,32768] [--steps 32] [--warm-steps 128] [--admit-per-step 32] [--zipf 0.8]\n"
                    "         [--locality 0.3] [--trace FILE] [--cpu-threads N] [--ring-spin-us N] [--segment NAME] [--keep-segment]\n"
                    "         [--chunk 8192 (prefill tokens per step)] [--modes fast,exact (any of fast, exact, cpu, each also as\n"
                    "          MODE-eager: decode steps without CUDA graphs; \"\": none)]\n"

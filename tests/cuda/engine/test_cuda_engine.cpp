@@ -251,6 +251,53 @@ TEST_P(CudaEnginePrecision, PoisonedMemoryGivesTheFreshEngineBits) {
   }
 }
 
+// The side stream (engine/side_stream.h: the shared expert beside the routed ones, KDA's gate
+// projections beside its convolution) only reorders launches: two sequences' prompts and twelve
+// batched decode steps give the one-stream engine's logits bit for bit.
+TEST_P(CudaEnginePrecision, SideBranchesGiveTheOneStreamBits) {
+  for (const char* model : {"glm5-tiny-chat", "glm5-variants/glm5-var-group-softplus", "glm5-tiny-exl3"}) {
+    std::vector<float> want;
+    for (bool branches : {false, true}) {
+      CudaEngineOptions o = small_options(2, GetParam());
+      o.graphs = false;  // logits come back only from eager steps (graphs: GraphReplayGivesTheEagerTokens)
+      o.branches = branches;
+      CudaEngine e(weights(model), nullptr, o);
+      const int64_t V = e.config().vocab_size;
+      SequenceSpec spec;
+      spec.sampling.temperature = 0;
+      spec.max_tokens = 200;
+      const uint64_t s0 = e.open(spec), s1 = e.open(spec);
+      const FixtureCase c0 = fixture_case(model, 0), c1 = fixture_case(model, 1);
+      std::vector<StepItem> items(2);
+      items[0].seq = s0, items[0].tokens = c0.input;
+      items[1].seq = s1, items[1].tokens = c1.input;
+      for (StepItem& it : items) it.sample = true, it.logits = LogitsWanted::Last;
+      std::vector<StepResult> r;
+      e.step(items, r);
+      std::vector<float> got;
+      std::vector<int32_t> next(2);
+      for (int k = 0; k < 12; ++k) {
+        for (size_t i = 0; i < 2; ++i) {
+          ASSERT_EQ(static_cast<int64_t>(r[i].logits.size()), V) << model;
+          got.insert(got.end(), r[i].logits.begin(), r[i].logits.end());
+          next[i] = r[i].token;
+          items[i].tokens = std::span<const int32_t>(&next[i], 1);
+          items[i].prompt = false;
+        }
+        e.step(items, r);
+      }
+      e.close(s0);
+      e.close(s1);
+      if (!branches) want = got;
+      else {
+        ASSERT_EQ(want.size(), got.size()) << model;
+        EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
+            << model << ": " << test::where_they_part(want, got, static_cast<size_t>(V));
+      }
+    }
+  }
+}
+
 TEST_P(CudaEnginePrecision, GraphReplayGivesTheEagerTokens) {
   const FixtureCase c = fixture_case("glm5-tiny-a", 1);
   auto run = [&](bool graphs) {

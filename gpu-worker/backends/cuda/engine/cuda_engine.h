@@ -51,6 +51,9 @@ struct CudaEngineOptions {
   // held before (fresh pages are zero; memory a previous engine freed is not).
   bool poison_vram = false;
   int max_graph_batch = 32;        // decode batches up to this size get a graph
+  // Independent launches of decode-sized steps (the shared expert, KDA's gate projections) on a
+  // side stream (engine/side_stream.h); false, or FLASHTIER_BRANCHES=off: one stream. Same bits.
+  bool branches = true;
   uint64_t reserve_bytes = 512ull << 20;  // left for CUDA's own allocations (graphs, library workspaces)
   // Remote routed experts: the cpu-expert-worker's segment name (from its Info), read by the GPU
   // zero-copy with a VRAM cache, unless tier_mode is "cpu" (every MoE layer a host round trip).
@@ -65,7 +68,10 @@ struct CudaEngineOptions {
   tiers::TierRates split_rates;
   uint64_t expert_cache_bytes = 0;  // 0: what the budget leaves after weights, activations and the KV cache
   bool auto_expert_cache = true;    // false: expert_cache_bytes 0 means no cache (every expert zero-copy)
-  int admit_per_step = 16;
+  int admit_per_step = 32;
+  // The cache's admission gate (tiers::CachePolicy): a miss replaces CLOCK's victim only if it was
+  // used at least as often lately; false, or FLASHTIER_CACHE_GATE=off: plain CLOCK.
+  bool expert_cache_gate = true;
   bool forced_routes = false;       // benchmarks: expert_tier()->set_forced_routes replaces the router's picks
   // Prefill staging (expert_tier.h): chunks of at least this many rows copy their layers'
   // non-resident experts into borrowed cache slots one layer ahead.

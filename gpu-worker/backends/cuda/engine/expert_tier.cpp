@@ -67,7 +67,7 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   if (cache_bytes == 0 && o.auto_cache) cache_bytes = avail > o.keep_free ? (avail - o.keep_free) / 10 * 9 : 0;
   if (avail < o.keep_free + cache_bytes) cache_bytes = avail > o.keep_free ? avail - o.keep_free : 0;
   const int slots = slot_bytes_ ? static_cast<int>(cache_bytes / slot_bytes_) : 0;
-  cache_ = tiers::ExpertCache(n_moe_, E_, slots);
+  cache_ = tiers::ExpertCache(n_moe_, E_, slots, o_.cache_policy);
   if (slots > 0)
     slots_mem_ = DeviceArray<uint8_t>(budget, static_cast<size_t>(slots) * slot_bytes_, VramCategory::ExpertCache,
                                       "expert cache slots");

@@ -30,7 +30,8 @@ struct ExpertTierOptions {
   uint64_t cache_bytes = 0;   // VRAM for cache slots (0 with auto_cache off: none, every expert zero-copy)
   bool auto_cache = false;    // cache_bytes 0: 90% of what the budget holds beyond keep_free
   uint64_t keep_free = 0;     // budget bytes the cache never takes (sequence states, KV cache, reserve)
-  int admit_per_step = 16;    // blocks copied into the cache per step at most (PCIe is shared with zero-copy reads)
+  int admit_per_step = 32;    // blocks copied into the cache per step at most (PCIe is shared with zero-copy reads)
+  tiers::CachePolicy cache_policy;  // admission gate (on by default)
   int64_t max_tokens = 1;     // rows of the largest step (route buffers)
   bool forced_routes = false; // benchmarks: picks come from set_forced_routes, not the router
   // Prefill staging: steps of at least staging_min_rows rows borrow staging_slots cache slots

@@ -47,7 +47,7 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
     op_mark(prof_, "mhc site in", s);
     mhc_site_in(L.ffn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
     if (L.dense)
-      mlp(*L.dense, N, b_.O, LinearStore::Overwrite, "dense mlp", s);
+      mlp(*L.dense, N, b_.O, LinearStore::Overwrite, "dense mlp", s, b_.staging);
     else
       moe(l, p, s);
     op_mark(prof_, "mhc site out", s);
@@ -93,8 +93,16 @@ void ForwardPass::kda(int64_t l, const StepPlan& p, cudaStream_t s) {
   (void)g;
   op_mark(prof_, "kda projections", s);
   apply_linear(k.in, b_.A, D, N, Z, ldZ, b_.staging, s);
-  apply_linear(k.f_b, Z + k.col_fa, ldZ, N, r, Q, b_.staging, s);
-  apply_linear(k.g_b, Z + k.col_ga, ldZ, N, gate, Q, b_.staging, s);
+  // The two low-rank gate projections read only Z: beside the convolution on a side stream
+  // (decode-sized steps), the forget gate awaited before the gates are prepared, the output gate
+  // before the gated norm.
+  const bool side = branch(N);
+  const cudaStream_t gs = side ? side_.fork(s) : s;
+  const F16Staging& gst = side ? b_.side_staging : b_.staging;
+  apply_linear(k.f_b, Z + k.col_fa, ldZ, N, r, Q, gst, gs);
+  const SideStream::Point f_done = side ? side_.point() : SideStream::Point{};
+  apply_linear(k.g_b, Z + k.col_ga, ldZ, N, gate, Q, gst, gs);
+  const SideStream::Point g_done = side ? side_.point() : SideStream::Point{};
   op_mark(prof_, "kda conv + gates", s);
   // Short convolution: decode rows from their slots' windows, prefill spans from theirs.
   if (p.decode_rows > 0)
@@ -104,6 +112,7 @@ void ForwardPass::kda(int64_t l, const StepPlan& p, cudaStream_t s) {
                      qkv + sp.row0 * 3 * Q, 3 * Q, s);
   std::optional<float> bound;
   if (c_.linear_lower_bound) bound = static_cast<float>(*c_.linear_lower_bound);
+  if (side) side_.wait(s, f_done);
   // g overwrites r (same ld): the decays replace their inputs.
   kda_prepare(qkv, 3 * Q, r, Q, Z + k.col_b, ldZ, N, k.dt_bias, k.a_log, bound, shape, r, Q, beta, H, s);
   op_mark(prof_, "kda recurrence", s);
@@ -126,6 +135,7 @@ void ForwardPass::kda(int64_t l, const StepPlan& p, cudaStream_t s) {
                           r + sp.row0 * Q, Q, beta + sp.row0 * H, H, shape, o + sp.row0 * Q, Q, ws, s);
   }
   op_mark(prof_, "kda out norm + o_proj", s);
+  if (side) side_.wait(s, g_done);
   kda_gated_norm(o, Q, gate, Q, k.o_norm, N, shape, static_cast<float>(c_.rms_norm_eps), normed, Q, s);
   apply_linear(k.o, normed, Q, N, b_.O, D, b_.staging, s);
 }
@@ -215,13 +225,14 @@ void ForwardPass::mla(int64_t l, const StepPlan& p, cudaStream_t s) {
   }
 }
 
-void ForwardPass::mlp(const MlpGpu& g, int64_t N, float* out, LinearStore store, const char* what, cudaStream_t s) {
+void ForwardPass::mlp(const MlpGpu& g, int64_t N, float* out, LinearStore store, const char* what, cudaStream_t s,
+                      const F16Staging& st) {
   const int64_t D = c_.hidden_size, I = g.inter;
   op_mark(prof_, what, s);
   float* gu = b_.scratch.take<float>(N * 2 * I, "mlp gate|up");
-  apply_linear(g.gate_up, b_.A, D, N, gu, 2 * I, b_.staging, s);
+  apply_linear(g.gate_up, b_.A, D, N, gu, 2 * I, st, s);
   swiglu_rows(gu, 2 * I, N, I, static_cast<float>(c_.swiglu_limit), gu, 2 * I, s);
-  apply_linear(g.down, gu, 2 * I, N, out, D, b_.staging, s, store);
+  apply_linear(g.down, gu, 2 * I, N, out, D, st, s, store);
 }
 
 void ForwardPass::force_routes(int64_t l, int32_t* experts, int64_t N, cudaStream_t s) {
@@ -251,6 +262,25 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
                                             : moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im);
   void* ws = dense ? a.take<uint8_t>(ws_bytes, "expert workspace") : nullptr;
 
+  // The shared expert beside the router and the routed experts (decode-sized steps, experts on
+  // the GPU or its tier): it writes O first and the routed sum is added to it — one addition
+  // either way round, so the bits equal the serial order's. The split path runs it on the main
+  // stream, where it fills the GPU's wait for the host's split.
+  const bool split = tier_ && split_ && split_->active();
+  const bool on_gpu = m.dense_experts32 || m.local_experts || tier_;
+  const bool side = on_gpu && !split && branch(N);
+  SideStream::Point shared_done;
+  if (side) {
+    mlp(m.shared, N, b_.O, LinearStore::Overwrite, "moe shared expert", side_.fork(s), b_.side_staging);
+    shared_done = side_.point();
+  }
+  // The routed sum into O: alone, or added to the shared expert's output already there.
+  auto combine = [&] {
+    if (side) side_.wait(s, shared_done);
+    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, side ? LinearStore::Accumulate : LinearStore::Overwrite,
+                s);
+  };
+
   op_mark(prof_, "moe router logits", s);
   const size_t router_ws = linear_f32_workspace_floats(m.router, N);
   linear_f32(m.router, b_.A, D, N, logits, E, s, LinearStore::Overwrite,
@@ -270,7 +300,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   if (m.dense_experts32) {
     moe_dense_experts_f32(m.dense_experts32, static_cast<int>(E), routes, b_.A, D, D, Im,
                           static_cast<float>(c_.swiglu_limit), Y, ws, s);
-    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
+    combine();
   } else if (m.local_experts) {
     op_mark(prof_, "moe dispatch + combine", s);
     moe_dispatch(routes, static_cast<int>(E), d, s);
@@ -280,8 +310,8 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     else
       moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);
     op_mark(prof_, "moe dispatch + combine", s);
-    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
-  } else if (tier_ && split_ && split_->active()) {
+    combine();
+  } else if (split) {
     // Misses split with the CPU tier (tier_split.h): the host splits while the shared expert
     // runs. The shared expert writes O first and the routed sum is added to it: one addition
     // either way round, so the bits equal the unsplit order's.
@@ -289,7 +319,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     op_mark(prof_, "moe tier hand-off", s);
     force_routes(l, experts, N, s);
     split_->post(l, experts, b_.A, N, s);
-    mlp(m.shared, N, b_.O, LinearStore::Overwrite, "moe shared expert", s);
+    mlp(m.shared, N, b_.O, LinearStore::Overwrite, "moe shared expert", s, b_.staging);
     op_mark(prof_, "moe tier hand-off", s);
     auto routed = [&](const int32_t* picks) {  // the grouped kernel over these picks (−1: none)
       const MoeRoutes r{picks, weights, N, static_cast<int>(TK)};
@@ -318,7 +348,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     op_mark(prof_, "moe routed experts", s);
     exl3_moe_experts(view, routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, tier_->workspace(), s);
     tier_->layer_done(l, s);
-    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Overwrite, s);
+    combine();
     FT_CUDA_CHECK(cudaMemcpyAsync(tier_->route_buffer(l), experts, N * TK * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   } else {
     if (!host_experts_) throw Error("layer " + std::to_string(l) + ": the routed experts are neither on the GPU nor on a tier");
@@ -340,7 +370,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     host_experts_->compute(l, host_a_.data(), N, rt, host_o_.data(), exl3::Operands::F32);
     FT_CUDA_CHECK(cudaMemcpyAsync(b_.O, host_o_.data(), N * D * 4, cudaMemcpyHostToDevice, s));
   }
-  mlp(m.shared, N, b_.O, LinearStore::Accumulate, "moe shared expert", s);
+  if (!side) mlp(m.shared, N, b_.O, LinearStore::Accumulate, "moe shared expert", s, b_.staging);
 }
 
 }  // namespace ft::cuda

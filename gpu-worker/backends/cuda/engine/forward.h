@@ -17,6 +17,7 @@
 #include "gpu-worker/backends/cuda/engine/expert_tier.h"
 #include "gpu-worker/backends/cuda/engine/op_profile.h"
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
+#include "gpu-worker/backends/cuda/engine/side_stream.h"
 #include "gpu-worker/backends/cuda/engine/step_buffers.h"
 #include "gpu-worker/backends/cuda/engine/tier_split.h"
 #include "shared/engine/expert_backend.h"
@@ -59,8 +60,11 @@ class ForwardPass {
   // Decode graphs need steps without host round trips: none to the CPU tier (the split's
   // exchanges with its relay are stream memory operations, which graphs hold).
   bool graph_safe() const { return host_experts_ == nullptr || tier_ != nullptr; }
-  // Events around each op group of eager steps (benchmarks); null: none.
+  // Events around each op group of eager steps (benchmarks); null: none. Profiled steps run on
+  // one stream (no side branches), so each group's events bracket its own work.
   void set_profile(OpProfile* p) { prof_ = p; }
+  // Independent launches of steps of at most kSideRows rows on a side stream (default on).
+  void set_branches(bool on) { branches_ = on; }
   // Tests: called (on the host, while enqueuing) after each layer with the step's buffers: the
   // residual streams X [rows][HC·D] and, after a sparse layer, its selection. Eager steps only.
   using LayerProbe = std::function<void(int64_t layer, const StepBuffers& b, int64_t rows, cudaStream_t s)>;
@@ -70,7 +74,10 @@ class ForwardPass {
   void mixing_logits(const LinearF32& fn, int64_t rows, cudaStream_t s);  // into b_.m_raw
   void kda(int64_t l, const StepPlan& p, cudaStream_t s);
   void mla(int64_t l, const StepPlan& p, cudaStream_t s);
-  void mlp(const MlpGpu& g, int64_t rows, float* out, LinearStore store, const char* what, cudaStream_t s);
+  void mlp(const MlpGpu& g, int64_t rows, float* out, LinearStore store, const char* what, cudaStream_t s,
+           const F16Staging& st);
+  // Whether this step's independent launches go to the side stream.
+  bool branch(int64_t rows) const { return branches_ && !prof_ && rows <= b_.side_staging.max_rows; }
   void moe(int64_t l, const StepPlan& p, cudaStream_t s);
   // Benchmarks replaying a trace: the tier's forced picks replace the router's.
   void force_routes(int64_t l, int32_t* experts, int64_t N, cudaStream_t s);
@@ -84,6 +91,8 @@ class ForwardPass {
   GpuExpertTier* tier_ = nullptr;
   CpuTierSplit* split_ = nullptr;
   LayerProbe probe_;
+  bool branches_ = true;
+  SideStream side_;
   std::vector<float> host_a_, host_o_;  // host-tier exchange
 };
 

@@ -69,6 +69,10 @@ void lay_out(const DeviceModel& m, const StepLimits& lim, F&& put) {
   put("logits", R * c.vocab_size * 4);
   put("exl3_ws", static_cast<int64_t>(exl3_linear_ws(m, std::max(T, R))));
   put("exl3_moe_ws", static_cast<int64_t>(exl3_moe_ws(m, T)));
+  const int64_t S = std::min(T, kSideRows);
+  put("xh_side", S * W * 2);
+  put("xscale_side", S * 4);
+  put("exl3_ws_side", static_cast<int64_t>(exl3_linear_ws(m, S)));
   bool dense_experts = false;
   for (const LayerGpu& L : m.layers) dense_experts |= L.moe && L.moe->local_experts && !L.moe->exl3_experts;
   put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools, dense_experts, m.fp32).max()));
@@ -88,7 +92,7 @@ void StepBuffers::allocate(const DeviceModel& m, const StepLimits& limits, VramB
   uint8_t* base = mem_.get();
   Layout l;
   size_t scratch_at = 0, scratch_bytes = 0;
-  size_t ws_at = 0, ws_bytes = 0, moe_at = 0, moe_bytes = 0;
+  size_t ws_at = 0, ws_bytes = 0, moe_at = 0, moe_bytes = 0, side_ws_at = 0, side_ws_bytes = 0;
   lay_out(m, lim, [&](const char* name, int64_t n) {
     const size_t at = l.at(static_cast<size_t>(n));
     void* p = base + at;
@@ -111,10 +115,17 @@ void StepBuffers::allocate(const DeviceModel& m, const StepLimits& limits, VramB
     else if (s == "scratch") scratch_at = at, scratch_bytes = static_cast<size_t>(n);
     else if (s == "exl3_ws") ws_at = at, ws_bytes = static_cast<size_t>(n);
     else if (s == "exl3_moe_ws") moe_at = at, moe_bytes = static_cast<size_t>(n);
+    else if (s == "xh_side") side_staging.xh = static_cast<__half*>(p);
+    else if (s == "xscale_side") side_staging.scale = static_cast<float*>(p);
+    else if (s == "exl3_ws_side") side_ws_at = at, side_ws_bytes = static_cast<size_t>(n);
   });
   if (ws_bytes) {
     staging.exl3_ws = base + ws_at;
     exl3_linear_workspace_init(staging.exl3_ws, ws_bytes, nullptr);
+  }
+  if (side_ws_bytes) {
+    side_staging.exl3_ws = base + side_ws_at;
+    exl3_linear_workspace_init(side_staging.exl3_ws, side_ws_bytes, nullptr);
   }
   if (moe_bytes) {
     exl3_moe_ws = base + moe_at;
@@ -124,6 +135,8 @@ void StepBuffers::allocate(const DeviceModel& m, const StepLimits& limits, VramB
   const int64_t W = staging_cols(m);
   staging.max_rows = std::max(lim.max_tokens, lim.max_logit_rows);
   staging.max_cols = W;
+  side_staging.max_rows = std::min(lim.max_tokens, kSideRows);
+  side_staging.max_cols = W;
   scratch.init(base + scratch_at, scratch_bytes);
 }
 

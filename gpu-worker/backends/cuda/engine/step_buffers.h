@@ -16,6 +16,9 @@
 
 namespace ft::cuda {
 
+// Rows of the largest step whose independent launches run on a side stream (decode batches).
+inline constexpr int64_t kSideRows = 32;
+
 struct StepLimits {
   int64_t max_tokens = 0;      // rows of one step
   int64_t max_logit_rows = 0;  // rows whose logits one pass computes
@@ -34,6 +37,9 @@ struct StepBuffers {
   float* mix = nullptr;           // [T, NMIX]
   float* m_raw = nullptr;         // [T, NMIX]
   F16Staging staging;             // [T, W] halves + [T] scales
+  // The side stream's own staging (side_stream.h), for steps of at most kSideRows rows: linears
+  // running beside the main stream's must not share its fp16 input or EXL3 workspace.
+  F16Staging side_staging;
   int32_t* sel_pools = nullptr;   // [T, Bp]
   int32_t* sel_count = nullptr;   // [T]
   // The last MoE layer's picks [rows][top_k] (scratch: valid until the next layer; layer probes).
