@@ -1,5 +1,5 @@
 // The gpu-worker's command line: a bad knob is refused at once (exit 2 and a message naming it)
-// before any model loads, and the prefill-staging knobs are taken.
+// before any model loads, and the prefill-staging and cache knobs are taken.
 #include <sys/wait.h>
 
 #include "tests/gateway/gateway_test_util.h"
@@ -20,6 +20,7 @@ TEST(WorkerFlags, BadKnobsAreRefusedBeforeAnyLoad) {
       {{"--staging-slots", "-2"}, "--staging-slots"},
       {{"--staging-min-rows", "-1"}, "--staging-min-rows"},
       {{"--admit-per-step", "-1"}, "--admit-per-step"},
+      {{"--cache-admission", "lru"}, "--cache-admission"},
       {{"--tier-mode", "fastest"}, "--tier-mode"},
       {{"--precision", "fp8"}, "--precision"},
       {{"--staging-slots", "many"}, "bad number"},
@@ -36,7 +37,8 @@ TEST(WorkerFlags, BadKnobsAreRefusedBeforeAnyLoad) {
 
 TEST(WorkerFlags, StagingKnobsAreTaken) {
   const int port = free_port();
-  ChildProcess w(worker_with({"--staging-min-rows", "1024", "--staging-slots", "0", "--admit-per-step", "4"}, port));
+  ChildProcess w(worker_with({"--staging-min-rows", "1024", "--staging-slots", "0", "--admit-per-step", "4",
+                                 "--cache-admission", "clock"}, port));
   EXPECT_TRUE(w.wait_for_output("listening on port", 30000)) << w.output();
 }
 
