@@ -305,6 +305,7 @@ std::pair<int, double> compare(const std::vector<float>& want, const std::vector
 struct Agreement {
   double kl = 0, top1 = 0;
   int flips_outside_near_ties = 0;
+  std::vector<double> flip_gaps;  // the reference's top-2 gap / rms at each flip
 };
 Agreement agreement(const std::vector<float>& want, const std::vector<float>& got, int64_t V) {
   Agreement g;
@@ -313,7 +314,10 @@ Agreement agreement(const std::vector<float>& want, const std::vector<float>& go
     const LogitAgreement a = compare_logits(want.data() + r, got.data() + r, V);
     g.kl += a.kl;
     same += a.same_top1;
-    if (!a.same_top1 && top2_gap_over_rms(want.data() + r, V) >= kTensorCoreNearTieGap) ++g.flips_outside_near_ties;
+    if (a.same_top1) continue;
+    const double gap = top2_gap_over_rms(want.data() + r, V);
+    g.flip_gaps.push_back(gap);
+    if (gap >= kTensorCoreNearTieGap) ++g.flips_outside_near_ties;
   }
   g.kl /= std::max(rows, 1);
   g.top1 = static_cast<double>(same) / std::max(rows, 1);
@@ -509,17 +513,19 @@ TEST_F(TierSplitTest, AgreementPanelOverAThousandPositions) {
     double kl = 0, top1 = 0;
     int64_t rows = 0;
     int hard_flips = 0;
+    std::string gaps;
     for (size_t i = 0; i < cases.size(); ++i) {
       const auto got = trace(e, steps, cases[i], &feeds[i]);
       ASSERT_EQ(got.size(), want[i].size());
       const int64_t n = static_cast<int64_t>(got.size()) / V;
       const Agreement a = agreement(want[i], got, V);
       kl += a.kl * n, top1 += a.top1 * n, rows += n, hard_flips += a.flips_outside_near_ties;
+      for (double gp : a.flip_gaps) gaps += " " + std::to_string(gp);
     }
     kl /= rows, top1 /= rows;
     std::printf("[ tier agreement ] %s vs GPU-only, tiny-exl3: %lld positions, mean KL %.3g, top-1 %.4f, "
-                "%d flips outside near ties (%llu CPU-tier experts, %llu zero-copy)\n",
-                mode.c_str(), static_cast<long long>(rows), kl, top1, hard_flips,
+                "%d flips outside near ties (top-2 gaps / rms at the flips:%s; %llu CPU-tier experts, %llu zero-copy)\n",
+                mode.c_str(), static_cast<long long>(rows), kl, top1, hard_flips, gaps.c_str(),
                 static_cast<unsigned long long>(counter(e, "tier_cpu_experts")),
                 static_cast<unsigned long long>(counter(e, "tier_zero_copy_experts")));
     EXPECT_GE(rows, 1000);

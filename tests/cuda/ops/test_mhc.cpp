@@ -236,6 +236,27 @@ TEST_F(CudaMhc, SiteInTokenBitsDoNotDependOnTheBatch) {
   }
 }
 
+// The mix apart (mhc_site_mix, what the engine runs beside the sublayer in decode steps) and
+// site_in without it: the same mix and a bits as site_in with it, aligned or not, hc 1–4.
+TEST_F(CudaMhc, TheMixApartGivesSiteInsBits) {
+  uint64_t seed = 400;
+  for (int64_t hc : {1, 2, 3, 4})
+    for (int64_t D : {64, 4096}) {
+      const SiteCase c = make_site(hc, D, 5, 20, 1e-6f, seed++);
+      for (int64_t offset : {0, 1}) {
+        GpuSite g(c, offset);
+        const SiteOut all = g.run_all(c, false);
+        DevBuf<float> mix(static_cast<size_t>(c.N * c.nmix()));
+        mhc_site_mix(g.site(c), g.X.get(), g.m_raw.get(), c.nmix(), c.N, mix.get(), nullptr);
+        Shifted<float> a(static_cast<size_t>(c.N * c.D), offset);
+        mhc_site_in(g.site(c), g.X.get(), g.m_raw.get(), c.nmix(), c.N, nullptr, a.get(), c.D, nullptr, nullptr);
+        const std::string L = c.label() + (offset ? " misaligned" : "");
+        expect_same_bits(L + " mix apart", mix.download(), all.mix);
+        expect_same_bits(L + " a without the mix", a.download(), all.a);
+      }
+    }
+}
+
 // site_out: streams, a sublayer output and a mix with the ranges the map produces.
 struct OutCase {
   int64_t hc, D, N;
@@ -309,6 +330,7 @@ TEST_F(CudaMhc, RejectsUnsupportedShapes) {
   DevBuf<float> b(64);
   MhcSite p{b.get(), b.get(), b.get(), 5, 64, 1e-5f, 1e-6f, 20};
   EXPECT_THROW(mhc_site_in(p, b.get(), b.get(), 35, 1, b.get(), b.get(), 64, nullptr, nullptr), Error);
+  EXPECT_THROW(mhc_site_mix(p, b.get(), b.get(), 35, 1, b.get(), nullptr), Error);
   EXPECT_THROW(mhc_site_out(b.get(), b.get(), 64, 1, 5, 64, b.get(), nullptr), Error);
 }
 

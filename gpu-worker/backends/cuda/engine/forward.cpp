@@ -34,23 +34,25 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
     op_mark(prof_, "mhc mixing logits", s);
     mixing_logits(L.attn_fn, N, s);
     op_mark(prof_, "mhc site in", s);
-    mhc_site_in(L.attn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
+    SideStream::Point mixed = site_in(L.attn_site, N, s);
     if (L.kda)
       kda(l, p, s);
     else
       mla(l, p, s);
     op_mark(prof_, "mhc site out", s);
+    if (mixed.ev) side_.wait(s, mixed);
     mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
     b_.scratch.reset();
     op_mark(prof_, "mhc mixing logits", s);
     mixing_logits(L.ffn_fn, N, s);
     op_mark(prof_, "mhc site in", s);
-    mhc_site_in(L.ffn_site, b_.X, b_.m_raw, nmix, N, b_.mix, b_.A, D, nullptr, s);
+    mixed = site_in(L.ffn_site, N, s);
     if (L.dense)
       mlp(*L.dense, N, b_.O, LinearStore::Overwrite, "dense mlp", s, b_.staging);
     else
       moe(l, p, s);
     op_mark(prof_, "mhc site out", s);
+    if (mixed.ev) side_.wait(s, mixed);
     mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
     if (probe_) probe_(l, b_, N, s);
   }
@@ -65,6 +67,19 @@ void ForwardPass::mixing_logits(const LinearF32& fn, int64_t N, cudaStream_t s) 
   float* w = ws ? b_.scratch.take<float>(ws, "mhc mixing logits split") : nullptr;
   linear_f32(fn, b_.X, c_.hc_mult * c_.hidden_size, N, b_.m_raw, c_.nmix(), s, LinearStore::Overwrite, w, ws);
   b_.scratch.reset();
+}
+
+SideStream::Point ForwardPass::site_in(const MhcSite& site, int64_t N, cudaStream_t s) {
+  // Decode-sized steps: the mix (its Sinkhorn is a chain of dependent divisions) beside the
+  // sublayer, which needs only a; the site's output waits for the returned point.
+  if (!branch(N)) {
+    mhc_site_in(site, b_.X, b_.m_raw, c_.nmix(), N, b_.mix, b_.A, c_.hidden_size, nullptr, s);
+    return {};
+  }
+  mhc_site_mix(site, b_.X, b_.m_raw, c_.nmix(), N, b_.mix, side_.fork(s));
+  const SideStream::Point mixed = side_.point();
+  mhc_site_in(site, b_.X, b_.m_raw, c_.nmix(), N, nullptr, b_.A, c_.hidden_size, nullptr, s);
+  return mixed;
 }
 
 void ForwardPass::logits(int64_t rows, int64_t n, cudaStream_t s) {

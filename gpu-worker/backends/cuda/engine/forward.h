@@ -72,6 +72,9 @@ class ForwardPass {
 
  private:
   void mixing_logits(const LinearF32& fn, int64_t rows, cudaStream_t s);  // into b_.m_raw
+  // The site's input side into b_.A (and b_.mix): in decode-sized steps the mix is computed on the
+  // side stream; the returned point (null event otherwise) must be awaited before the site's output.
+  SideStream::Point site_in(const MhcSite& site, int64_t rows, cudaStream_t s);
   void kda(int64_t l, const StepPlan& p, cudaStream_t s);
   void mla(int64_t l, const StepPlan& p, cudaStream_t s);
   void mlp(const MlpGpu& g, int64_t rows, float* out, LinearStore store, const char* what, cudaStream_t s,

@@ -34,9 +34,10 @@ class SideStream {
  private:
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr;
-  // Marks in flight at once: a sublayer waits for at most two before it forks again, and a wait
-  // is enqueued right after its mark, so a ring of four is never rewritten while still awaited.
-  std::array<cudaEvent_t, 4> marks_{};
+  // Marks in flight at once: a site's mix (awaited at its output) and a sublayer's two gates or
+  // its shared expert — at most three before all are awaited — so a ring of eight is never
+  // rewritten while still awaited.
+  std::array<cudaEvent_t, 8> marks_{};
   unsigned next_ = 0;
 };
 

@@ -111,18 +111,12 @@ struct SiteInArgs {
   float* y;  // optional
 };
 
-// One block per token: [x̂ sum of squares] → r; then the mixing lane writes mix while the workers
-// form y = Σ pre_i·X_i (kept in shared memory), its sum of squares, and a = (y·r_y)·w.
-template <int HC, bool VEC>
-__global__ void __launch_bounds__(kSiteInThreads) mhc_site_in_kernel(SiteInArgs p) {
-  constexpr int NMIX = (2 + HC) * HC;
-  extern __shared__ __align__(16) float y_s[];  // [D]; float4 chunks on the VEC path
-  __shared__ double partial_x[kWorkerWarps], partial_y[kWorkerWarps];
-  const int64_t t = blockIdx.x, D = p.dim, n = HC * D;
+// r = 1/rms(x̂) of a token's flattened streams Xt[0, n): threads below kWorkers sum the squares
+// in fixed chunks and warps, then every thread of the block folds the warp sums in the same
+// order — one value, the same bits in every kernel that calls it. Holds a block-wide barrier.
+template <bool VEC>
+__device__ __forceinline__ float streams_inv_rms(const float* Xt, int64_t n, float eps, double* partial_x) {
   const int tid = threadIdx.x;
-  const float* Xt = p.X + t * n;
-  const float* mt = p.m_raw + t * p.ld_m;
-
   if (tid < kWorkers) {
     misc::SumSq acc;
     for_each_chunk<8, VEC, 1>(&Xt, n, tid, kWorkers, [&](int64_t, const auto& v, int cnt) {
@@ -133,14 +127,31 @@ __global__ void __launch_bounds__(kSiteInThreads) mhc_site_in_kernel(SiteInArgs 
     const double v = misc::warp_sum(acc.value());
     if ((tid & 31) == 0) partial_x[tid >> 5] = v;
   }
-  __syncthreads();  // the last block-wide barrier: the mixing warp leaves after it
+  __syncthreads();
   double ssx = partial_x[0];
 #pragma unroll
   for (int w = 1; w < kWorkerWarps; ++w) ssx += partial_x[w];
-  const float rx = misc::inv_rms(ssx, n, p.rms_eps);
+  return misc::inv_rms(ssx, n, eps);
+}
+
+// One block per token: [x̂ sum of squares] → r; then the mixing lane writes mix (unless the mix is
+// computed apart: p.mix null) while the workers form y = Σ pre_i·X_i (kept in shared memory), its
+// sum of squares, and a = (y·r_y)·w.
+template <int HC, bool VEC>
+__global__ void __launch_bounds__(kSiteInThreads) mhc_site_in_kernel(SiteInArgs p) {
+  constexpr int NMIX = (2 + HC) * HC;
+  extern __shared__ __align__(16) float y_s[];  // [D]; float4 chunks on the VEC path
+  __shared__ double partial_x[kWorkerWarps], partial_y[kWorkerWarps];
+  const int64_t t = blockIdx.x, D = p.dim, n = HC * D;
+  const int tid = threadIdx.x;
+  const float* Xt = p.X + t * n;
+  const float* mt = p.m_raw + t * p.ld_m;
+
+  // The last block-wide barrier is inside: the mixing warp leaves after it.
+  const float rx = streams_inv_rms<VEC>(Xt, n, p.rms_eps, partial_x);
 
   if (tid >= kWorkers) {
-    mhc_mix_token_warp<HC>(mt, rx, p.base, p.scale, p.hc_eps, p.iters, p.mix + t * NMIX);
+    if (p.mix) mhc_mix_token_warp<HC>(mt, rx, p.base, p.scale, p.hc_eps, p.iters, p.mix + t * NMIX);
     return;
   }
 
@@ -174,6 +185,18 @@ __global__ void __launch_bounds__(kSiteInThreads) mhc_site_in_kernel(SiteInArgs 
     for (int k = 0; k < 4; ++k) o[k] = __fmul_rn(__fmul_rn(v[0][k], ry), v[1][k]);
     store_chunk<VEC>(at, D, c, o);
   });
+}
+
+// The mix alone (mhc_site_mix): one block of kWorkers threads per token, r as site_in computes
+// it, then warp 0 runs the mixing map and Sinkhorn.
+template <int HC, bool VEC>
+__global__ void __launch_bounds__(kWorkers) mhc_site_mix_kernel(SiteInArgs p) {
+  constexpr int NMIX = (2 + HC) * HC;
+  __shared__ double partial_x[kWorkerWarps];
+  const int64_t t = blockIdx.x, n = HC * p.dim;
+  const float rx = streams_inv_rms<VEC>(p.X + t * n, n, p.rms_eps, partial_x);
+  if (threadIdx.x < 32)
+    mhc_mix_token_warp<HC>(p.m_raw + t * p.ld_m, rx, p.base, p.scale, p.hc_eps, p.iters, p.mix + t * NMIX);
 }
 
 // One thread per 4 consecutive d of one token: reads every stream's chunk before writing any.
@@ -216,6 +239,13 @@ void launch_site_in(const SiteInArgs& a, int64_t n_tokens, bool vec, cudaStream_
 }
 
 template <int HC>
+void launch_site_mix(const SiteInArgs& a, int64_t n_tokens, bool vec, cudaStream_t stream) {
+  if (vec) mhc_site_mix_kernel<HC, true><<<static_cast<unsigned>(n_tokens), kWorkers, 0, stream>>>(a);
+  else mhc_site_mix_kernel<HC, false><<<static_cast<unsigned>(n_tokens), kWorkers, 0, stream>>>(a);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+template <int HC>
 void launch_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_tokens, int64_t D, float* X, bool vec,
                      cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n_tokens),
@@ -251,6 +281,28 @@ void mhc_site_in(const MhcSite& p, const float* X, const float* m_raw, int64_t l
       return launch_site_in<3>(args, n_tokens, vec, stream);
     default:
       return launch_site_in<4>(args, n_tokens, vec, stream);
+  }
+}
+
+void mhc_site_mix(const MhcSite& p, const float* X, const float* m_raw, int64_t ld_m, int64_t n_tokens, float* mix,
+                  cudaStream_t stream) {
+  check_shape("mhc_site_mix", p.hc, p.dim);
+  if (ld_m < mhc_nmix(p.hc)) throw Error("mhc_site_mix: ld_m narrower than a row");
+  if (!mix) throw Error("mhc_site_mix: no mix output");
+  if (n_tokens <= 0) return;
+  const SiteInArgs args{X,   m_raw,   ld_m, p.base, p.scale, nullptr, p.dim, p.rms_eps, p.hc_eps, p.sinkhorn_iters,
+                        mix, nullptr, 0,    nullptr};
+  // VEC only changes how values load, not the order they add in: site_in's r, bit for bit.
+  const bool vec = p.dim % 4 == 0 && misc::aligned16(X);
+  switch (p.hc) {
+    case 1:
+      return launch_site_mix<1>(args, n_tokens, vec, stream);
+    case 2:
+      return launch_site_mix<2>(args, n_tokens, vec, stream);
+    case 3:
+      return launch_site_mix<3>(args, n_tokens, vec, stream);
+    default:
+      return launch_site_mix<4>(args, n_tokens, vec, stream);
   }
 }
 

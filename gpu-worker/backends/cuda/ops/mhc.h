@@ -37,10 +37,16 @@ struct MhcSite {
 };
 
 // For t < n_tokens: from X[t] and m_raw[t] (NMIX floats, rows ld_m apart) writes mix[t] (NMIX
-// floats, rows NMIX apart), a[t] = RMSNorm(Σ_i pre_i·X[t][i])·norm_w (rows ld_a apart) and, when
-// y is not null, the collapse itself y[t] (rows D apart).
+// floats, rows NMIX apart; none when mix is null), a[t] = RMSNorm(Σ_i pre_i·X[t][i])·norm_w (rows
+// ld_a apart) and, when y is not null, the collapse itself y[t] (rows D apart).
 void mhc_site_in(const MhcSite& p, const float* X, const float* m_raw, int64_t ld_m, int64_t n_tokens, float* mix,
                  float* a, int64_t ld_a, float* y, cudaStream_t stream);
+
+// mix[t] alone, the bits mhc_site_in writes: the sublayer needs only a (its pre is computed by
+// the workers themselves), and post/comb only at the site's output, so the engine runs this —
+// whose Sinkhorn is a chain of ~40 dependent divisions — beside the sublayer.
+void mhc_site_mix(const MhcSite& p, const float* X, const float* m_raw, int64_t ld_m, int64_t n_tokens, float* mix,
+                  cudaStream_t stream);
 
 // X[t][j] ← post_j·o[t] + Σ_i M[i][j]·X_old[t][i] for t < n_tokens, in place (the reference's
 // mhc_expand: same products and order, so equal bits for the same mix). o rows ld_o apart.
