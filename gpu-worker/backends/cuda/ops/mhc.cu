@@ -255,6 +255,21 @@ void launch_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_t
   FT_CUDA_CHECK_LAUNCH();
 }
 
+// f.template operator()<HC>() for the model's hc (1…4; check_shape has vetted it).
+template <class F>
+void with_hc(int64_t hc, F&& f) {
+  switch (hc) {
+    case 1:
+      return f.template operator()<1>();
+    case 2:
+      return f.template operator()<2>();
+    case 3:
+      return f.template operator()<3>();
+    default:
+      return f.template operator()<4>();
+  }
+}
+
 void check_shape(const char* what, int64_t hc, int64_t dim) {
   if (hc < 1 || hc > kMaxHc || dim < 1 || dim > kMaxDim)
     throw Error(std::string(what) + ": unsupported shape hc " + std::to_string(hc) + ", dim " + std::to_string(dim) +
@@ -272,16 +287,7 @@ void mhc_site_in(const MhcSite& p, const float* X, const float* m_raw, int64_t l
                         mix, a,     ld_a, y};
   const bool vec = p.dim % 4 == 0 && ld_a % 4 == 0 && misc::aligned16(X) && misc::aligned16(a) &&
                    misc::aligned16(p.norm_w) && (!y || misc::aligned16(y));
-  switch (p.hc) {
-    case 1:
-      return launch_site_in<1>(args, n_tokens, vec, stream);
-    case 2:
-      return launch_site_in<2>(args, n_tokens, vec, stream);
-    case 3:
-      return launch_site_in<3>(args, n_tokens, vec, stream);
-    default:
-      return launch_site_in<4>(args, n_tokens, vec, stream);
-  }
+  with_hc(p.hc, [&]<int HC>() { launch_site_in<HC>(args, n_tokens, vec, stream); });
 }
 
 void mhc_site_mix(const MhcSite& p, const float* X, const float* m_raw, int64_t ld_m, int64_t n_tokens, float* mix,
@@ -294,16 +300,7 @@ void mhc_site_mix(const MhcSite& p, const float* X, const float* m_raw, int64_t 
                         mix, nullptr, 0,    nullptr};
   // VEC only changes how values load, not the order they add in: site_in's r, bit for bit.
   const bool vec = p.dim % 4 == 0 && misc::aligned16(X);
-  switch (p.hc) {
-    case 1:
-      return launch_site_mix<1>(args, n_tokens, vec, stream);
-    case 2:
-      return launch_site_mix<2>(args, n_tokens, vec, stream);
-    case 3:
-      return launch_site_mix<3>(args, n_tokens, vec, stream);
-    default:
-      return launch_site_mix<4>(args, n_tokens, vec, stream);
-  }
+  with_hc(p.hc, [&]<int HC>() { launch_site_mix<HC>(args, n_tokens, vec, stream); });
 }
 
 void mhc_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_tokens, int64_t hc, int64_t dim, float* X,
@@ -312,16 +309,7 @@ void mhc_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_toke
   if (ld_o < dim) throw Error("mhc_site_out: ld_o narrower than a row");
   if (n_tokens <= 0) return;
   const bool vec = dim % 4 == 0 && ld_o % 4 == 0 && misc::aligned16(X) && misc::aligned16(o);
-  switch (hc) {
-    case 1:
-      return launch_site_out<1>(mix, o, ld_o, n_tokens, dim, X, vec, stream);
-    case 2:
-      return launch_site_out<2>(mix, o, ld_o, n_tokens, dim, X, vec, stream);
-    case 3:
-      return launch_site_out<3>(mix, o, ld_o, n_tokens, dim, X, vec, stream);
-    default:
-      return launch_site_out<4>(mix, o, ld_o, n_tokens, dim, X, vec, stream);
-  }
+  with_hc(hc, [&]<int HC>() { launch_site_out<HC>(mix, o, ld_o, n_tokens, dim, X, vec, stream); });
 }
 
 }  // namespace ft::cuda
