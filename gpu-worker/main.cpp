@@ -45,6 +45,9 @@ int usage() {
                "  --admit-per-step N          expert blocks copied into the cache per step at most (default 32)\n"
                "  --cache-admission A         gated (default): a miss replaces the cache's CLOCK victim only if it was\n"
                "                              used at least as often lately; clock: every miss may replace it\n"
+               "  --expert-stats FILE         routing statistics (a line per MoE layer: the layer, then each expert's\n"
+               "                              use count; flashtier-tier-sim --write-stats makes one from a trace): the\n"
+               "                              cache starts with the most used experts\n"
                "  --staging-min-rows N        prefill chunks of at least N rows (default 512, at least 65) copy each\n"
                "                              MoE layer's experts that are not in VRAM into staging slots one layer\n"
                "                              ahead instead of reading them zero-copy per 32-row batch\n"
@@ -108,6 +111,7 @@ int main(int argc, char** argv) {
         }
         o.expert_cache_gate = v == "gated";
       }
+      else if (a == "--expert-stats") o.expert_stats = v;
       else if (a == "--staging-min-rows") o.staging_min_rows = std::stoll(v);
       else if (a == "--staging-slots") o.staging_slots = std::stoi(v);
       else if (a == "--tier-wait-s") o.tier_wait_s = std::stoi(v);
@@ -128,6 +132,10 @@ int main(int argc, char** argv) {
   }
   if (o.precision != "auto" && o.precision != "fp32" && o.precision != "fp16") {
     std::cerr << "flashtier-gpu-worker: --precision must be auto, fp32 or fp16\n";
+    return 2;
+  }
+  if (!o.expert_stats.empty() && !std::ifstream(o.expert_stats)) {
+    std::cerr << "flashtier-gpu-worker: --expert-stats " << o.expert_stats << ": cannot open the file\n";
     return 2;
   }
   if (o.tier_mode != "fast" && o.tier_mode != "exact" && o.tier_mode != "cpu") {

@@ -58,6 +58,7 @@ std::unique_ptr<Engine> make_engine(const ModelWeights& w, ExpertBackend* expert
     o.expert_cache_bytes = c.expert_cache_bytes;
     o.admit_per_step = c.admit_per_step;
     o.expert_cache_gate = c.expert_cache_gate;
+    o.expert_stats = c.expert_stats;
     o.staging_min_rows = c.staging_min_rows;
     o.staging_slots = c.staging_slots;
     return std::make_unique<cuda::CudaEngine>(w, experts, o);

@@ -28,6 +28,7 @@ struct EngineConfig {
   uint64_t expert_cache_bytes = 0;
   int admit_per_step = 32;
   bool expert_cache_gate = true;   // the cache's admission gate (CudaEngineOptions)
+  std::string expert_stats;        // routing-statistics file for the cache's warm start
   int64_t staging_min_rows = 512;  // prefill staging (CudaEngineOptions)
   int staging_slots = -1;
 };

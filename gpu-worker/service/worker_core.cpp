@@ -79,6 +79,7 @@ void WorkerCore::load() {
     ec.expert_cache_bytes = static_cast<uint64_t>(opts_.expert_cache_gb * 1073741824.0);
     ec.admit_per_step = opts_.admit_per_step;
     ec.expert_cache_gate = opts_.expert_cache_gate;
+    ec.expert_stats = opts_.expert_stats;
     ec.staging_min_rows = opts_.staging_min_rows;
     ec.staging_slots = opts_.staging_slots;
     if (backend == "cuda" && experts_) {

@@ -35,6 +35,7 @@ struct WorkerOptions {
   double expert_cache_gb = 0;     // VRAM expert cache (0: what the VRAM budget leaves)
   int admit_per_step = 32;        // expert blocks copied into the cache per step at most
   bool expert_cache_gate = true;  // a miss replaces the cache's victim only if used as often lately
+  std::string expert_stats;       // routing-statistics file the VRAM expert cache warm-starts from
   int64_t staging_min_rows = 512; // prefill chunks of at least this many rows stage their experts
   int staging_slots = -1;         // cache slots staging borrows (−1: two MoE layers' worth, ≤ 3/4 of the cache; 0: off)
   int tier_wait_s = 300;          // how long a CUDA worker waits at load for the expert tier

@@ -1,6 +1,7 @@
 #include "gpu-worker/tiers/expert_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -179,6 +180,13 @@ std::vector<std::pair<int, std::pair<int, int>>> ExpertCache::warm_start(
     for (int e = 0; e < experts_ && e < static_cast<int>(counts[l].size()); ++e)
       if (counts[l][e] > 0) order.emplace_back(counts[l][e], key(l, e));
   std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  long double total = 0;
+  for (const auto& [cnt, k] : order) total += static_cast<long double>(cnt);
+  if (total > 0) {
+    const long double scale = static_cast<long double>(policy_.age_every) / 2 / total;
+    for (const auto& [cnt, k] : order)
+      uses_[k] = static_cast<uint32_t>(std::min<long double>(std::llround(cnt * scale), UINT32_MAX));
+  }
   std::vector<std::pair<int, std::pair<int, int>>> out;
   int s = 0;
   for (const auto& [cnt, k] : order) {
@@ -262,6 +270,18 @@ std::vector<std::vector<uint64_t>> read_routing_stats(const std::string& path, i
         throw Error(path + ":" + std::to_string(lineno) + ": expected " + std::to_string(experts) + " counts");
   }
   return c;
+}
+
+void write_routing_stats(const std::string& path, const std::vector<std::vector<uint64_t>>& counts) {
+  std::ofstream f(path);
+  if (!f) throw Error(path + ": cannot write the routing-statistics file");
+  f << "# flashtier routing statistics: one line per MoE layer, the layer index then each expert's use count\n";
+  for (size_t l = 0; l < counts.size(); ++l) {
+    f << l;
+    for (uint64_t c : counts[l]) f << ' ' << c;
+    f << '\n';
+  }
+  if (!f) throw Error(path + ": writing the routing-statistics file failed");
 }
 
 }  // namespace ft::tiers

@@ -60,7 +60,9 @@ class ExpertCache {
   void end_step();
 
   // Warm start: fills empty slots with the most used experts first (counts [layers][experts],
-  // e.g. a routing-statistics file); returns the (slot, layer, expert) placements to copy in.
+  // e.g. a routing-statistics file); returns the (slot, layer, expert) placements to copy in. The
+  // counts also seed the gate's use counts, scaled to half an ageing window in all, so the
+  // placed experts are not evicted by the first misses and real traffic takes over as they age.
   std::vector<std::pair<int, std::pair<int, int>>> warm_start(const std::vector<std::vector<uint64_t>>& counts);
 
   // Prefill staging borrows the last `n` slots (clamped to the cache): their experts leave the
@@ -123,5 +125,6 @@ std::vector<Admission> admit_step(ExpertCache& cache, const std::vector<std::vec
 
 // A routing-statistics file: one line per MoE layer, `layer e0 e1 … e(E−1)` with use counts.
 std::vector<std::vector<uint64_t>> read_routing_stats(const std::string& path, int layers, int experts);
+void write_routing_stats(const std::string& path, const std::vector<std::vector<uint64_t>>& counts);
 
 }  // namespace ft::tiers

@@ -21,6 +21,7 @@ TEST(WorkerFlags, BadKnobsAreRefusedBeforeAnyLoad) {
       {{"--staging-min-rows", "-1"}, "--staging-min-rows"},
       {{"--admit-per-step", "-1"}, "--admit-per-step"},
       {{"--cache-admission", "lru"}, "--cache-admission"},
+      {{"--expert-stats", "/nonexistent/routing-stats.txt"}, "--expert-stats"},
       {{"--tier-mode", "fastest"}, "--tier-mode"},
       {{"--precision", "fp8"}, "--precision"},
       {{"--staging-slots", "many"}, "bad number"},

@@ -268,11 +268,40 @@ TEST(ExpertCache, WarmStartPlacesTheMostUsedExperts) {
     f << "# layer counts\n0 5 0 9 1\n1 7 7 0 2\n";
   }
   EXPECT_EQ(read_routing_stats(d / "stats.txt", 2, 4), counts);
+  write_routing_stats(d / "written.txt", counts);
+  EXPECT_EQ(read_routing_stats(d / "written.txt", 2, 4), counts);
   {
     std::ofstream f(d / "bad.txt");
     f << "3 1 2 3 4\n";
   }
   EXPECT_THROW(read_routing_stats(d / "bad.txt", 2, 4), Error);
+}
+
+// The warm start seeds the gate's counts (half an ageing window in all, in the file's
+// proportions): the placed experts hold against a newcomer's single use, and real traffic takes
+// over as the counts age.
+TEST(ExpertCache, AWarmStartSeedsTheGate) {
+  ExpertCache c(1, 8, 2, CachePolicy{.frequency_gate = true, .age_every = 40});
+  ASSERT_EQ(c.warm_start({{30, 10, 0, 0, 0, 0, 0, 0}}).size(), 2u);
+  EXPECT_EQ(c.uses(0, 0), 15u);  // 30 of 40 counts → 15 of the 20 a half window holds
+  EXPECT_EQ(c.uses(0, 1), 5u);
+  c.begin_step(true);
+  EXPECT_FALSE(c.lookup(0, 5));
+  bool declined = false;
+  EXPECT_FALSE(c.admit(0, 5, nullptr, &declined));
+  EXPECT_TRUE(declined);
+  c.end_step();
+  // Expert 5 used in every step, expert 1 never again: 5 overtakes 1 and gets its slot.
+  bool in = false;
+  for (int step = 0; step < 12 && !in; ++step) {
+    c.begin_step(true);
+    c.lookup(0, 0);
+    if (!c.lookup(0, 5)) in = c.admit(0, 5).has_value();
+    c.end_step();
+  }
+  EXPECT_TRUE(in);
+  EXPECT_TRUE(c.slot_of(0, 0));
+  EXPECT_FALSE(c.slot_of(0, 1));
 }
 
 TEST(SplitModel, ModesAndTheFastestSplit) {

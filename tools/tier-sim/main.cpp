@@ -3,6 +3,9 @@
 //                      [--top-k 8] [--tokens 20000] [--batch 1] [--zipf 0.8] [--locality 0.3]
 //                      [--seed 1] [--trace FILE] [--write-trace FILE] [--warmup 1000]
 //                      [--admit-per-step 32] [--gate on|off] [--age-every N] [--window 0]
+//                      [--popularity-seed S] [--write-stats FILE] [--stats FILE]
+// --write-stats: the trace's pick counts per (layer, expert) as a routing-statistics file (what
+// the gpu-worker's --expert-stats reads); --stats: warm-start the cache from such a file.
 // Replays a recorded trace (--trace) or the synthetic generator, `batch` tokens per step (each
 // step pins what it uses), with the engine's upkeep (tiers::admit_step: at most
 // --admit-per-step copies a step, 0 for no limit; the frequency gate on or off), and prints the
@@ -24,7 +27,7 @@ int main(int argc, char** argv) {
   double cache_gb = 0, expert_mb = 0;
   int slots = -1, tokens = 20000, batch = 1, warmup = 1000, admit_per_step = 32;
   CachePolicy policy;
-  std::string trace, write;
+  std::string trace, write, write_stats, stats;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--cache-gb") cache_gb = std::stod(v);
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
     else if (a == "--zipf") o.zipf_s = std::stod(v);
     else if (a == "--locality") o.locality = std::stod(v);
     else if (a == "--seed") o.seed = std::stoull(v);
+    else if (a == "--popularity-seed") o.popularity_seed = std::stoull(v);
     else if (a == "--trace") trace = v;
     else if (a == "--write-trace") write = v;
     else if (a == "--warmup") warmup = std::stoi(v);
@@ -45,6 +49,8 @@ int main(int argc, char** argv) {
     else if (a == "--gate") policy.frequency_gate = v != "off";
     else if (a == "--age-every") policy.age_every = std::stoi(v);
     else if (a == "--window") policy.window = std::stod(v);
+    else if (a == "--write-stats") write_stats = v;
+    else if (a == "--stats") stats = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -60,7 +66,16 @@ int main(int argc, char** argv) {
     }
     if (!write.empty()) write_trace(write, shape, toks);
     if (slots < 0) slots = expert_mb > 0 ? static_cast<int>(cache_gb * 1024 / expert_mb) : 0;
+    if (!write_stats.empty()) {
+      std::vector<std::vector<uint64_t>> counts(static_cast<size_t>(shape.layers),
+                                                std::vector<uint64_t>(static_cast<size_t>(shape.experts), 0));
+      for (const TokenRoute& r : toks)
+        for (int l = 0; l < shape.layers; ++l)
+          for (int e : r[l]) ++counts[l][e];
+      write_routing_stats(write_stats, counts);
+    }
     ExpertCache c(shape.layers, shape.experts, slots, policy);
+    if (!stats.empty()) c.warm_start(read_routing_stats(stats, shape.layers, shape.experts));
     uint64_t hits = 0, total = 0, steps = 0, copies = 0;
     int first_layer = 0;
     for (size_t t = 0; t < toks.size(); t += static_cast<size_t>(batch)) {

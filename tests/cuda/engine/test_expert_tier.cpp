@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <chrono>
+#include <fstream>
 #include <ostream>
 #include <cmath>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "cpu-expert-worker/segment_builder.h"
 #include "gpu-worker/backends/cuda/engine/cuda_engine.h"
 #include "gpu-worker/experts/remote_experts.h"
+#include "gpu-worker/tiers/expert_cache.h"
 #include "shared/ipc/shm.h"
 #include "shared/model/safetensors.h"
 #include "shared/model/tensor_convert.h"
@@ -228,6 +230,48 @@ uint64_t counter(const CudaEngine& e, const std::string& name) {
   for (const auto& [n, v] : e.stats().counters)
     if (n == name) return v;
   return 0;
+}
+
+// A routing-statistics file warm-starts the cache: with admission off (no copies between
+// steps) the warm-started experts serve hits from the first step, a cold cache serves none, and
+// the logits keep the VRAM-resident bits either way.
+TEST_F(ExpertTierTest, WarmStartFromRoutingStatsServesHitsFromTheFirstStep) {
+  const ModelWeights without = without_experts();
+  CudaEngine resident(with_experts(), nullptr, opts());
+  const auto want = trace(resident, 12);
+  const int64_t layers = without.cfg.moe_layer_count(), E = without.cfg.n_routed_experts;
+  std::vector<std::vector<uint64_t>> counts(static_cast<size_t>(layers), std::vector<uint64_t>(static_cast<size_t>(E)));
+  for (auto& row : counts)
+    for (int64_t e = 0; e < E; ++e) row[static_cast<size_t>(e)] = static_cast<uint64_t>(E - e);  // low ids most used
+  test::TempDir d;
+  tiers::write_routing_stats(d / "stats.txt", counts);
+  for (bool warm : {false, true}) {
+    CudaEngineOptions o = tier_opts(1 << 20);
+    o.auto_expert_cache = false;
+    o.admit_per_step = 0;
+    if (warm) o.expert_stats = d / "stats.txt";
+    CudaEngine e(without, nullptr, o);
+    const auto got = trace(e, 12);
+    ASSERT_EQ(want.size(), got.size());
+    EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
+        << (warm ? "warm: " : "cold: ") << test::where_they_part(want, got, vocab());
+    EXPECT_EQ(counter(e, "expert_cache_admissions"), 0u);
+    if (warm) EXPECT_GT(counter(e, "expert_cache_hits"), 0u);
+    else EXPECT_EQ(counter(e, "expert_cache_hits"), 0u);
+  }
+  // A malformed file is refused at load, naming the file.
+  {
+    std::ofstream f(d / "bad.txt");
+    f << "0 1 2\n";
+  }
+  CudaEngineOptions o = tier_opts(1 << 20);
+  o.expert_stats = d / "bad.txt";
+  try {
+    CudaEngine e(without, nullptr, o);
+    ADD_FAILURE() << "a malformed routing-statistics file was accepted";
+  } catch (const std::exception& ex) {
+    EXPECT_NE(std::string(ex.what()).find("bad.txt"), std::string::npos) << ex.what();
+  }
 }
 
 // Prefill staging copies a large chunk's non-resident experts into borrowed cache slots one layer

@@ -111,6 +111,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
         to.admit_per_step = o.admit_per_step;
         const char* gate = std::getenv("FLASHTIER_CACHE_GATE");
         to.cache_policy.frequency_gate = o.expert_cache_gate && !(gate && std::string(gate) == "off");
+        to.warm_stats = o.expert_stats;
         to.max_tokens = lim.max_tokens;
         to.forced_routes = o.forced_routes;
         to.staging_min_rows = o.staging_min_rows;

@@ -72,6 +72,7 @@ struct CudaEngineOptions {
   // The cache's admission gate (tiers::CachePolicy): a miss replaces CLOCK's victim only if it was
   // used at least as often lately; false, or FLASHTIER_CACHE_GATE=off: plain CLOCK.
   bool expert_cache_gate = true;
+  std::string expert_stats;  // routing-statistics file the cache warm-starts from ("": none)
   bool forced_routes = false;       // benchmarks: expert_tier()->set_forced_routes replaces the router's picks
   // Prefill staging (expert_tier.h): chunks of at least this many rows copy their layers'
   // non-resident experts into borrowed cache slots one layer ahead.

@@ -1,6 +1,7 @@
 #include "gpu-worker/backends/cuda/engine/expert_tier.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "shared/core/error.h"
@@ -75,6 +76,14 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&tables_written_, cudaEventDisableTiming));
   in_vram_.assign(static_cast<size_t>(n_moe_) * E_, 0);
   slot_copies_.assign(static_cast<size_t>(slots), 0);
+  if (!o.warm_stats.empty() && slots > 0) {
+    // Copied in now on the copy stream; each table entry switches to VRAM at the first step after
+    // its copy is done, as an admission's does.
+    const auto placed = cache_.warm_start(tiers::read_routing_stats(o.warm_stats, n_moe_, E_));
+    for (const auto& [slot, me] : placed) copy_in(me.first, me.second, slot);
+    std::cerr << "expert cache: warm start from " << o.warm_stats << ": " << placed.size() << " of " << slots
+              << " slots" << std::endl;
+  }
   // By default two layers' worth, so a chunk stages every expert of a layer it does not find in
   // VRAM: an expert left out is read zero-copy once per 32-row batch of its picks (many reads of
   // its bytes in a large chunk instead of one copy). At most three quarters of the cache (half

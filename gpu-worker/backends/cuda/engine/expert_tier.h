@@ -32,6 +32,9 @@ struct ExpertTierOptions {
   uint64_t keep_free = 0;     // budget bytes the cache never takes (sequence states, KV cache, reserve)
   int admit_per_step = 32;    // blocks copied into the cache per step at most (PCIe is shared with zero-copy reads)
   tiers::CachePolicy cache_policy;  // admission gate (on by default)
+  // A routing-statistics file (tiers::read_routing_stats): the cache starts with its most used
+  // experts, copied in at load, and the gate's counts start from it. "": start empty.
+  std::string warm_stats;
   int64_t max_tokens = 1;     // rows of the largest step (route buffers)
   bool forced_routes = false; // benchmarks: picks come from set_forced_routes, not the router
   // Prefill staging: steps of at least staging_min_rows rows borrow staging_slots cache slots
