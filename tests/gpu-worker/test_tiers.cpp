@@ -110,6 +110,16 @@ TEST(ExpertCache, AdmissionsGoRoundTheLayersUnderABudget) {
   for (int l = 0; l < 3; ++l) EXPECT_EQ(c.counters(l).admissions, 4u) << l;
 }
 
+// One step in which (layer, expert) is looked up once and its admission declined by the gate.
+void expect_one_use_declined(ExpertCache& c, int layer, int expert) {
+  c.begin_step(true);
+  EXPECT_FALSE(c.lookup(layer, expert));
+  bool declined = false;
+  EXPECT_FALSE(c.admit(layer, expert, nullptr, &declined));
+  EXPECT_TRUE(declined);
+  c.end_step();
+}
+
 // The gate: a miss used less often lately than CLOCK's victim stays out (no copy), one used as
 // often or more gets in; the counts halve every age_every lookups, so popularity can move.
 TEST(ExpertCache, TheGateKeepsPopularExpertsAgainstOneOffMisses) {
@@ -121,12 +131,7 @@ TEST(ExpertCache, TheGateKeepsPopularExpertsAgainstOneOffMisses) {
     c.end_step();
   }
   EXPECT_EQ(c.uses(0, 0), 3u);
-  c.begin_step(true);
-  EXPECT_FALSE(c.lookup(0, 5));
-  bool declined = false;
-  EXPECT_FALSE(c.admit(0, 5, nullptr, &declined));
-  EXPECT_TRUE(declined);
-  c.end_step();
+  expect_one_use_declined(c, 0, 5);
   EXPECT_TRUE(c.slot_of(0, 0) && c.slot_of(0, 1));
   EXPECT_EQ(c.declined(), 1u);
   // Expert 5 becomes as used as the residents: it replaces one of them.
@@ -138,7 +143,7 @@ TEST(ExpertCache, TheGateKeepsPopularExpertsAgainstOneOffMisses) {
   c.begin_step(true);
   EXPECT_FALSE(c.lookup(0, 5));
   std::pair<int, int> ev;
-  declined = true;
+  bool declined = true;
   ASSERT_TRUE(c.admit(0, 5, &ev, &declined));
   EXPECT_FALSE(declined);
   EXPECT_TRUE(ev == std::make_pair(0, 0) || ev == std::make_pair(0, 1));
@@ -285,12 +290,7 @@ TEST(ExpertCache, AWarmStartSeedsTheGate) {
   ASSERT_EQ(c.warm_start({{30, 10, 0, 0, 0, 0, 0, 0}}).size(), 2u);
   EXPECT_EQ(c.uses(0, 0), 15u);  // 30 of 40 counts → 15 of the 20 a half window holds
   EXPECT_EQ(c.uses(0, 1), 5u);
-  c.begin_step(true);
-  EXPECT_FALSE(c.lookup(0, 5));
-  bool declined = false;
-  EXPECT_FALSE(c.admit(0, 5, nullptr, &declined));
-  EXPECT_TRUE(declined);
-  c.end_step();
+  expect_one_use_declined(c, 0, 5);
   // Expert 5 used in every step, expert 1 never again: 5 overtakes 1 and gets its slot.
   bool in = false;
   for (int step = 0; step < 12 && !in; ++step) {
