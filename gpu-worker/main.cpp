@@ -48,6 +48,7 @@ int usage() {
                "  --expert-stats FILE         routing statistics (a line per MoE layer: the layer, then each expert's\n"
                "                              use count; flashtier-tier-sim --write-stats makes one from a trace): the\n"
                "                              cache starts with the most used experts\n"
+               "  --expert-stats-out FILE     at shutdown, write the cache's expert use counts there (the same format)\n"
                "  --staging-min-rows N        prefill chunks of at least N rows (default 512, at least 65) copy each\n"
                "                              MoE layer's experts that are not in VRAM into staging slots one layer\n"
                "                              ahead instead of reading them zero-copy per 32-row batch\n"
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
         o.expert_cache_gate = v == "gated";
       }
       else if (a == "--expert-stats") o.expert_stats = v;
+      else if (a == "--expert-stats-out") o.expert_stats_out = v;
       else if (a == "--staging-min-rows") o.staging_min_rows = std::stoll(v);
       else if (a == "--staging-slots") o.staging_slots = std::stoi(v);
       else if (a == "--tier-wait-s") o.tier_wait_s = std::stoi(v);

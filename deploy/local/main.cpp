@@ -37,7 +37,7 @@ int usage() {
                "         [--segment NAME] [--ring NAME] [--experts-in-process]\n"
                "         [--backend cuda|cpu|auto] [--device N] [--vram-budget-gb G] [--prefix-cache-gb G]\n"
                "         [--prefix-snapshot-stride N] [--tier-mode fast|exact|cpu] [--expert-cache-gb G]\n"
-               "         [--admit-per-step N] [--cache-admission gated|clock] [--expert-stats FILE] [--staging-min-rows N] [--staging-slots N] [--precision auto|fp32|fp16]\n"
+               "         [--admit-per-step N] [--cache-admission gated|clock] [--expert-stats FILE] [--expert-stats-out FILE] [--staging-min-rows N] [--staging-slots N] [--precision auto|fp32|fp16]\n"
                "         [--drain-timeout S] [--api-key-file FILE]\n"
                "         [--gpus 0,1|all] [--workers N]\n"
                "  --gpus: one gpu-worker per listed CUDA device; --workers N: N gpu-workers (no device each).\n"
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     else if (a == "--max-batch-size" || a == "--chunk-size" || a == "--context-size" || a == "--backend" ||
              a == "--device" || a == "--vram-budget-gb" || a == "--prefix-cache-gb" || a == "--prefix-snapshot-stride" || a == "--tier-mode" ||
              a == "--expert-cache-gb" || a == "--admit-per-step" || a == "--staging-min-rows" || a == "--staging-slots" ||
-             a == "--cache-admission" || a == "--expert-stats" || a == "--precision") {
+             a == "--cache-admission" || a == "--expert-stats" || a == "--expert-stats-out" || a == "--precision") {
       worker_flags.insert(worker_flags.end(), {a, v});
       device_flag = device_flag || a == "--device";
     }

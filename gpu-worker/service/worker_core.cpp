@@ -41,6 +41,17 @@ WorkerCore::WorkerCore(WorkerOptions o) : opts_(std::move(o)) {
 WorkerCore::~WorkerCore() {
   loader_.join();
   scheduler_.reset();  // stops the engine thread before the engine and weights go
+  // The engine is idle now (its thread has stopped): its routing statistics for the next start.
+  if (!opts_.expert_stats_out.empty() && engine_) {
+    try {
+      if (engine_->write_routing_stats(opts_.expert_stats_out))
+        std::cerr << "gpu-worker: routing statistics written to " << opts_.expert_stats_out << std::endl;
+      else
+        std::cerr << "gpu-worker: --expert-stats-out: this engine keeps no expert cache; nothing written" << std::endl;
+    } catch (const std::exception& e) {
+      std::cerr << "gpu-worker: --expert-stats-out: " << e.what() << std::endl;
+    }
+  }
 }
 
 void WorkerCore::load() {

@@ -36,6 +36,7 @@ struct WorkerOptions {
   int admit_per_step = 32;        // expert blocks copied into the cache per step at most
   bool expert_cache_gate = true;  // a miss replaces the cache's victim only if used as often lately
   std::string expert_stats;       // routing-statistics file the VRAM expert cache warm-starts from
+  std::string expert_stats_out;   // written at shutdown: the cache's use counts (same format)
   int64_t staging_min_rows = 512; // prefill chunks of at least this many rows stage their experts
   int staging_slots = -1;         // cache slots staging borrows (−1: two MoE layers' worth, ≤ 3/4 of the cache; 0: off)
   int tier_wait_s = 300;          // how long a CUDA worker waits at load for the expert tier

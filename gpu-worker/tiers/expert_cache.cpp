@@ -14,7 +14,8 @@ ExpertCache::ExpertCache(int layers, int experts, int slots, CachePolicy policy)
     : layers_(layers), experts_(experts), where_(static_cast<size_t>(layers) * experts, -1),
       slot_owner_(static_cast<size_t>(std::max(slots, 0)), {-1, -1}), ref_(slot_owner_.size(), 0),
       pinned_at_(slot_owner_.size(), 0), usable_(static_cast<int>(slot_owner_.size())),
-      counters_(static_cast<size_t>(layers)), policy_(policy), uses_(where_.size(), 0), in_window_(slot_owner_.size(), 0) {
+      counters_(static_cast<size_t>(layers)), policy_(policy), uses_(where_.size(), 0), total_uses_(where_.size(), 0),
+      in_window_(slot_owner_.size(), 0) {
   if (policy_.age_every <= 0) policy_.age_every = 64 * std::max(slots, 1);
   if (policy_.frequency_gate && slots > 1)
     window_slots_ = std::clamp(static_cast<int>(policy_.window * slots + 0.5), 0, slots - 1);
@@ -33,6 +34,7 @@ void ExpertCache::begin_step(bool admit) {
 std::optional<int> ExpertCache::lookup(int layer, int expert) {
   uint32_t& u = uses_[key(layer, expert)];
   if (u < UINT32_MAX) ++u;
+  ++total_uses_[key(layer, expert)];
   if (++lookups_ >= static_cast<uint64_t>(policy_.age_every)) {
     for (uint32_t& v : uses_) v >>= 1;
     lookups_ = 0;
@@ -238,6 +240,14 @@ bool ExpertCache::restore(int slot, int layer, int expert) {
 std::optional<int> ExpertCache::slot_of(int layer, int expert) const {
   const int s = where_[key(layer, expert)];
   return s < 0 ? std::nullopt : std::optional<int>(s);
+}
+
+std::vector<std::vector<uint64_t>> ExpertCache::use_counts() const {
+  std::vector<std::vector<uint64_t>> c(static_cast<size_t>(layers_));
+  for (int l = 0; l < layers_; ++l)
+    c[l].assign(total_uses_.begin() + static_cast<int64_t>(l) * experts_,
+                total_uses_.begin() + static_cast<int64_t>(l + 1) * experts_);
+  return c;
 }
 
 CacheCounters ExpertCache::totals() const {

@@ -57,6 +57,9 @@ class ExpertCache {
   std::optional<int> admit(int layer, int expert, std::pair<int, int>* evicted = nullptr, bool* declined = nullptr);
   // Recent uses of (layer, expert) as the gate counts them.
   uint32_t uses(int layer, int expert) const { return uses_[key(layer, expert)]; }
+  // Every lookup since construction, [layers][experts], never aged: a routing-statistics file's
+  // counts (write_routing_stats) for a later warm start.
+  std::vector<std::vector<uint64_t>> use_counts() const;
   void end_step();
 
   // Warm start: fills empty slots with the most used experts first (counts [layers][experts],
@@ -99,6 +102,7 @@ class ExpertCache {
   std::vector<CacheCounters> counters_;
   CachePolicy policy_;
   std::vector<uint32_t> uses_;  // [layer·E + expert]: lookups since the last halvings
+  std::vector<uint64_t> total_uses_;  // [layer·E + expert]: every lookup
   std::vector<uint8_t> in_window_;  // per slot: in the recency window (else the main region)
   int window_slots_ = 0;
   int window_hand_ = 0;

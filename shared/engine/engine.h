@@ -117,6 +117,13 @@ class Engine {
 
   virtual EngineStats stats() const = 0;
 
+  // Writes the routed experts' use counts as a routing-statistics file (a VRAM expert cache's
+  // warm start reads it); false when this engine keeps none. Not while a step runs.
+  virtual bool write_routing_stats(const std::string& path) {
+    (void)path;
+    return false;
+  }
+
   // Prefix cache. restore_prefix, right after open(): restores the longest cached prefix of
   // `prompt` (fewer than prompt.size() tokens, so at least one is left to compute the first
   // logits) into the sequence and returns its length (0: nothing cached). keep_prefix: the

@@ -2,6 +2,9 @@
 // before any model loads, and the prefill-staging and cache knobs are taken.
 #include <sys/wait.h>
 
+#include <csignal>
+#include <fstream>
+
 #include "tests/gateway/gateway_test_util.h"
 #include "tests/support/test_paths.h"
 
@@ -41,6 +44,21 @@ TEST(WorkerFlags, StagingKnobsAreTaken) {
   ChildProcess w(worker_with({"--staging-min-rows", "1024", "--staging-slots", "0", "--admit-per-step", "4",
                                  "--cache-admission", "clock"}, port));
   EXPECT_TRUE(w.wait_for_output("listening on port", 30000)) << w.output();
+}
+
+// --expert-stats-out on an engine without a VRAM expert cache (the CPU backend): taken, and at
+// shutdown the worker says it has nothing to write instead of writing an empty file.
+TEST(WorkerFlags, ExpertStatsOutWithoutACacheWritesNothing) {
+  TempDir d;
+  const int port = free_port();
+  ChildProcess w(worker_with({"--expert-stats-out", d / "stats.txt"}, port));
+  ASSERT_TRUE(w.wait_for_output("listening on port", 30000)) << w.output();
+  ::kill(w.pid(), SIGTERM);
+  const int status = w.wait_exit(30000);
+  ASSERT_NE(status, -1) << w.output();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << w.output();
+  EXPECT_NE(w.output().find("keeps no expert cache; nothing written"), std::string::npos) << w.output();
+  EXPECT_FALSE(std::ifstream(d / "stats.txt").good());
 }
 
 }  // namespace

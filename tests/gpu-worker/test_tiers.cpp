@@ -275,6 +275,13 @@ TEST(ExpertCache, WarmStartPlacesTheMostUsedExperts) {
   EXPECT_EQ(read_routing_stats(d / "stats.txt", 2, 4), counts);
   write_routing_stats(d / "written.txt", counts);
   EXPECT_EQ(read_routing_stats(d / "written.txt", 2, 4), counts);
+  // A cache's own counts: every lookup, never aged (the gate's counts halve, these do not).
+  ExpertCache u(2, 4, 1, CachePolicy{.frequency_gate = true, .age_every = 2});
+  for (int i = 0; i < 3; ++i) u.lookup(1, 2);
+  u.lookup(0, 3);
+  const std::vector<std::vector<uint64_t>> used = {{0, 0, 0, 1}, {0, 0, 3, 0}};
+  EXPECT_EQ(u.use_counts(), used);
+  EXPECT_LT(u.uses(1, 2), 3u);
   {
     std::ofstream f(d / "bad.txt");
     f << "3 1 2 3 4\n";

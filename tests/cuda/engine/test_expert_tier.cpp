@@ -258,6 +258,13 @@ TEST_F(ExpertTierTest, WarmStartFromRoutingStatsServesHitsFromTheFirstStep) {
     EXPECT_EQ(counter(e, "expert_cache_admissions"), 0u);
     if (warm) EXPECT_GT(counter(e, "expert_cache_hits"), 0u);
     else EXPECT_EQ(counter(e, "expert_cache_hits"), 0u);
+    // The engine's own counts round-trip as a statistics file: one use per (layer, expert) a
+    // step looked up, i.e. as many as the cache's hits and misses.
+    ASSERT_TRUE(e.write_routing_stats(d / "out.txt"));
+    uint64_t uses = 0;
+    for (const auto& row : tiers::read_routing_stats(d / "out.txt", static_cast<int>(layers), static_cast<int>(E)))
+      for (uint64_t v : row) uses += v;
+    EXPECT_EQ(uses, counter(e, "expert_cache_hits") + counter(e, "expert_cache_misses"));
   }
   // A malformed file is refused at load, naming the file.
   {

@@ -423,4 +423,10 @@ EngineStats CudaEngine::stats() const {
   return st;
 }
 
+bool CudaEngine::write_routing_stats(const std::string& path) {
+  if (!tier_) return false;
+  tier_->write_stats(path);
+  return true;
+}
+
 }  // namespace ft::cuda

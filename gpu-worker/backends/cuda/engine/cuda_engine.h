@@ -96,6 +96,7 @@ class CudaEngine final : public Engine {
   void close(uint64_t seq) override;
   void step(std::span<const StepItem> items, std::vector<StepResult>& results) override;
   EngineStats stats() const override;
+  bool write_routing_stats(const std::string& path) override;
 
   const DeviceInfo& device() const { return dev_; }
   VramBudget& budget() { return *budget_; }

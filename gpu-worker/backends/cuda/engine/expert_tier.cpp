@@ -335,4 +335,6 @@ const int32_t* GpuExpertTier::forced_routes(int64_t layer) const {
   return m < 0 ? nullptr : forced_.get() + static_cast<size_t>(m) * o_.max_tokens * TK_;
 }
 
+void GpuExpertTier::write_stats(const std::string& path) const { tiers::write_routing_stats(path, cache_.use_counts()); }
+
 }  // namespace ft::cuda

@@ -84,6 +84,9 @@ class GpuExpertTier {
   void after_step(int64_t n, bool admit, cudaStream_t compute);
 
   ExpertTierStats stats() const;
+  // The cache's use counts as a routing-statistics file (what warm_stats reads). Not while a step
+  // runs.
+  void write_stats(const std::string& path) const;
 
   // For the CPU/zero-copy split (tier_split.h): the MoE index of a model layer (−1: not MoE),
   // whether an expert's table entry points at VRAM now (what this step's kernel reads), whether
