@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:50051";
   std::string tls_cert, tls_key, tls_client_ca;
   int drain_timeout_s = 30;
+  std::string cache_admission = "gated";
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -105,13 +106,7 @@ int main(int argc, char** argv) {
       else if (a == "--precision") o.precision = v;
       else if (a == "--expert-cache-gb") o.expert_cache_gb = std::stod(v);
       else if (a == "--admit-per-step") o.admit_per_step = std::stoi(v);
-      else if (a == "--cache-admission") {
-        if (v != "gated" && v != "clock") {
-          std::cerr << "flashtier-gpu-worker: --cache-admission must be gated or clock, not '" << v << "'\n";
-          return 2;
-        }
-        o.expert_cache_gate = v == "gated";
-      }
+      else if (a == "--cache-admission") cache_admission = v;
       else if (a == "--expert-stats") o.expert_stats = v;
       else if (a == "--expert-stats-out") o.expert_stats_out = v;
       else if (a == "--staging-min-rows") o.staging_min_rows = std::stoll(v);
@@ -136,6 +131,11 @@ int main(int argc, char** argv) {
     std::cerr << "flashtier-gpu-worker: --precision must be auto, fp32 or fp16\n";
     return 2;
   }
+  if (cache_admission != "gated" && cache_admission != "clock") {
+    std::cerr << "flashtier-gpu-worker: --cache-admission must be gated or clock, not '" << cache_admission << "'\n";
+    return 2;
+  }
+  o.expert_cache_gate = cache_admission == "gated";
   if (!o.expert_stats.empty() && !std::ifstream(o.expert_stats)) {
     std::cerr << "flashtier-gpu-worker: --expert-stats " << o.expert_stats << ": cannot open the file\n";
     return 2;

@@ -1,11 +1,11 @@
 #include "gpu-worker/backends/cuda/engine/cuda_engine.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "gpu-worker/backends/cuda/core/stream_memops.h"
 #include "gpu-worker/backends/cuda/engine/decode_graphs.h"
 #include "gpu-worker/backends/cuda/engine/device_model.h"
@@ -109,8 +109,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
         to.auto_cache = o.expert_cache_bytes == 0 && o.auto_expert_cache;
         to.keep_free = slot_bytes + kv_full + o.reserve_bytes + (64ull << 20);
         to.admit_per_step = o.admit_per_step;
-        const char* gate = std::getenv("FLASHTIER_CACHE_GATE");
-        to.cache_policy.frequency_gate = o.expert_cache_gate && !(gate && std::string(gate) == "off");
+        to.cache_policy.frequency_gate = o.expert_cache_gate && !env_off("FLASHTIER_CACHE_GATE");
         to.warm_stats = o.expert_stats;
         to.max_tokens = lim.max_tokens;
         to.forced_routes = o.forced_routes;
@@ -156,8 +155,7 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   fwd_ = std::make_unique<ForwardPass>(*model_, *pool_, *bufs_, experts_present(w) ? nullptr : host_experts_);
   fwd_->set_expert_tier(tier_.get());
   fwd_->set_tier_split(split_.get());
-  const char* br = std::getenv("FLASHTIER_BRANCHES");
-  const bool branches = o.branches && !(br && std::string(br) == "off");
+  const bool branches = o.branches && !env_off("FLASHTIER_BRANCHES");
   fwd_->set_branches(branches);
   if (!branches) std::cerr << "cuda engine: one stream per step (no side branches)" << std::endl;
   graphs_ = std::make_unique<DecodeGraphs>(*budget_);

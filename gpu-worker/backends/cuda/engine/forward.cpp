@@ -23,7 +23,7 @@ ForwardPass::ForwardPass(const DeviceModel& m, SequencePool& pool, StepBuffers& 
     : m_(m), c_(m.cfg), pool_(pool), b_(b), host_experts_(host_experts) {}
 
 void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
-  const int64_t N = p.rows, D = c_.hidden_size, HC = c_.hc_mult, nmix = c_.nmix();
+  const int64_t N = p.rows, D = c_.hidden_size, HC = c_.hc_mult;
   op_mark(prof_, "embed", s);
   embed_tokens(m_.embed, b_.tokens, N, HC, b_.X, s);
   for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {

@@ -3,24 +3,16 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
 
 namespace ft::cuda::exl3dev {
 
 namespace {
 
-// A policy's start value from `var`=off|auto|on: 0, 1 or 2 (auto when unset or unknown), the
-// values of Exl3Programmatic and Exl3Wide.
-int policy_from_env(const char* var) {
-  const char* v = std::getenv(var);
-  if (!v) return 1;
-  const std::string s(v);
-  return s == "off" ? 0 : s == "on" ? 2 : 1;
-}
-
+// Start values from FLASHTIER_EXL3_*=off|auto|on (core/env_policy.h): 0, 1 and 2 are the values of
+// Exl3Programmatic and Exl3Wide.
 std::atomic<int> g_programmatic{policy_from_env("FLASHTIER_EXL3_PDL")};  // an Exl3Programmatic value
 
 std::atomic<int> g_wide{policy_from_env("FLASHTIER_EXL3_WIDE")};  // an Exl3Wide value
