@@ -107,11 +107,12 @@ std::optional<int> ExpertCache::admit(int layer, int expert, std::pair<int, int>
   // region's victim on recent uses, and the loser leaves the cache. No block moves: the winner
   // stays in its slot, and the two slots swap regions.
   const int v = window_slots_ > 0 ? clock_victim(true) : -1;
-  const int m = clock_victim(false);
   if (v >= 0 && slot_owner_[v].first < 0) {  // room in the window
     place(v, layer, expert, evicted);
     return v;
   }
+  // Only now the main region's victim: its sweep clears reference bits and moves the hand.
+  const int m = clock_victim(false);
   if (v >= 0) {
     if (m < 0 || (slot_owner_[m].first >= 0 && uses_of(m) >= uses_of(v))) {
       place(v, layer, expert, evicted);  // the window's victim leaves
