@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu-worker/backends/cuda/ops/linear.h"
+#include "gpu-worker/backends/cuda/ops/linear_launch.h"
 #include "shared/core/half.h"
 #include "shared/ops/linear.h"
 #include "tests/cuda/ops/linear_checks.h"
@@ -349,6 +350,54 @@ TEST_F(GpuLinearF16, BatchInvariance) {
       }
     }
   }
+}
+
+// Programmatic launch (sm_90; elsewhere both runs take the plain launch): the skinny kernel
+// streams its first weights while the conversion ahead of it runs. A chain of conversions and
+// linears through one staging buffer, each input different and written just before its linear
+// reads it, in a CUDA graph as decode steps run: the same bits with the launch on and off.
+TEST_F(GpuLinearF16, ProgrammaticLaunchGivesTheSameBits) {
+  const int64_t out = 2048, in = 4096, ld = pad8(in), chain = 6;
+  const std::vector<float> W = test::lin::fast_uniform(out * in, 41, 0.05f, true);
+  const DeviceWeight w = upload_weight(W, out, in);
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (int64_t rows : {1, 4, 8, 13, 32}) {
+    const std::vector<float> Xh = test::lin::fast_uniform(chain * rows * in, 42 + rows, 3.0f, false);
+    const DevBuf<float> X(Xh);
+    DevBuf<uint16_t> xh(static_cast<size_t>(rows * ld));
+    DevBuf<float> scale(static_cast<size_t>(rows));
+    auto run = [&](int policy) {
+      lin::set_linear_programmatic(policy);
+      DevBuf<float> y(static_cast<size_t>(chain * rows * out));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      EXPECT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      for (int64_t c = 0; c < chain; ++c) {
+        to_f16_rows(X.get() + c * rows * in, in, rows, in, reinterpret_cast<__half*>(xh.get()), ld, scale.get(), st);
+        linear_f16(w.L, reinterpret_cast<const __half*>(xh.get()), ld, scale.get(), rows, y.get() + c * rows * out,
+                   out, st);
+      }
+      EXPECT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+      EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      EXPECT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+      EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      lin::set_linear_programmatic(1);
+      return y.download();
+    };
+    const std::vector<float> plain = run(0), early = run(2);
+    EXPECT_EQ(bit_mismatches(early.data(), plain.data(), plain.size()), 0u) << "rows " << rows;
+    // And the chain's last linear against a fresh conversion of its own input: no stale input.
+    const std::vector<float> last(Xh.end() - rows * in, Xh.end());
+    const DeviceRows d = stage_rows(last, rows, in);
+    DevBuf<float> y1(static_cast<size_t>(rows * out));
+    linear_f16(w.L, d.h(), d.ld, d.rs.get(), rows, y1.get(), out, nullptr);
+    const std::vector<float> one = y1.download();
+    EXPECT_EQ(bit_mismatches(early.data() + (chain - 1) * rows * out, one.data(), one.size()), 0u) << "rows " << rows;
+  }
+  cudaStreamDestroy(st);
 }
 
 // ---- linear_f32 ------------------------------------------------------------------------------

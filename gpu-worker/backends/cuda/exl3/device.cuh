@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
+
 namespace ft::cuda::exl3dev {
 
 constexpr float kHadScale = 0.08838834764831845f;  // 1/sqrt(128), as shared/exl3/hadamard.h
@@ -225,20 +227,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Programmatic dependent launch (sm_90+; no-ops below): a grid launched with
-// cudaLaunchAttributeProgrammaticStreamSerialization may start before the previous one ends;
-// grid_dependency_wait() returns once that one has finished and its writes are visible, and
-// grid_dependents_launch() lets the next such grid start early.
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void grid_dependents_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
+// Programmatic dependent launch: core/programmatic.cuh.
+using ft::cuda::grid_dependency_wait;
+using ft::cuda::grid_dependents_launch;
 
 __device__ __forceinline__ uint4 ldg_v4(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 // Activations: another kernel's output, which a programmatic dependent may start before it is

@@ -12,16 +12,9 @@ void launch_gemv_one(const GemvLaunch& l, const LinearArgs& a, cudaStream_t stre
   if (l.programmatic) {
     // Starts once the kernel before it lets it (griddepcontrol.launch_dependents, or its end);
     // WarpPair::run waits for that kernel's results before reading activations.
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(l.grid));
-    cfg.blockDim = dim3(kWarps * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
     cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg =
+        programmatic_config(dim3(static_cast<unsigned>(l.grid)), dim3(kWarps * 32), smem, stream, &attr);
     FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, exl3_gemv_kernel<K, CB, NGMAX, SPLIT>, a));
     return;
   }

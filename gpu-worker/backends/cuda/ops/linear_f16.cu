@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
@@ -35,6 +36,7 @@ struct DenseProblem {
   float* y = nullptr;
   int64_t ld_y = 0, y_stride = 0;
   bool accumulate = false;
+  bool programmatic = false;  // launched to start early (linear_f16_skinny.cuh, starts_early)
   int64_t rows = 0;
   int rows_per_item = 0, block_n = 0;
   int64_t n_blocks = 0, m_tiles = 0, items = 0;
@@ -78,7 +80,16 @@ void launch_skinny(DenseProblem pr, int64_t batch, int wk, cudaStream_t stream) 
   const size_t smem = lin::skinny_smem_bytes<Cfg>(pr.k.chunks, wn);
   auto kernel = lin::linear_skinny_kernel<Cfg, DenseProblem>;
   lin::prepare_kernel(reinterpret_cast<const void*>(kernel), lin::kSkinnyThreads, smem);
-  kernel<<<static_cast<unsigned>(pr.items), lin::kSkinnyThreads, smem, stream>>>(pr, wk);
+  const int64_t grid = pr.items;
+  pr.programmatic = lin::linear_programmatic(pr.rows);
+  if (pr.programmatic) {
+    cudaLaunchAttribute attr{};
+    const cudaLaunchConfig_t cfg =
+        programmatic_config(dim3(static_cast<unsigned>(grid)), dim3(lin::kSkinnyThreads), smem, stream, &attr);
+    FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, pr, wk));
+    return;
+  }
+  kernel<<<static_cast<unsigned>(grid), lin::kSkinnyThreads, smem, stream>>>(pr, wk);
   FT_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_contract.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_mma.cuh"
 
@@ -51,6 +52,14 @@ __host__ __device__ constexpr int skinny_block_n(int wn) {
   return SWIGLU ? 8 * wn : 8 * Cfg::T * wn;
 }
 
+// Whether this problem's launch may have started before the kernel ahead of it ended (dense
+// problems can say so: their items and weight rows are known without reading memory).
+template <class P>
+__device__ __forceinline__ bool starts_early(const P& p) {
+  if constexpr (requires { p.programmatic; }) return p.programmatic;
+  else return false;
+}
+
 template <class Cfg, class P>
 __global__ void __launch_bounds__(kSkinnyThreads, 1) linear_skinny_kernel(const P p, const int wk_count) {
   constexpr int RG = Cfg::RG, T = Cfg::T, S = Cfg::S, MT = Cfg::MT, R = Cfg::kRows;
@@ -74,8 +83,54 @@ __global__ void __launch_bounds__(kSkinnyThreads, 1) linear_skinny_kernel(const 
   const int st0 = chunk_stages(kg, c0);
   const int st1 = c1 < kg.chunks ? chunk_stages(kg, c1) : 0;
   const int nst = st0 + st1;
+  // (Only the ≤ 8-row shape is launched so: its registers have room for the extra prologue.)
+  bool early = false;
+  if constexpr (RG == 1) early = starts_early(p);
+
+  // Weight copy sources of this lane for an item: units lane + 32 m (row i = idx / 8 of the
+  // warp's 8·T rows, unit idx % 8).
+  const __half* wsrc[2 * T];
+  bool wok[2 * T];
+  auto weight_sources = [&](const LinItem& it) {
+#pragma unroll
+    for (int m = 0; m < 2 * T; ++m) {
+      const int e = lane + 32 * m, i = e >> 3, u = e & 7, t = i >> 3, j = i & 7;
+      const int64_t n = SWIGLU ? it.n0 + 8 * wn + j : it.n0 + 8 * (wn * T + t) + j;
+      const __half* row = p.w_row(it, SWIGLU ? t : 0, n);
+      wok[m] = row != nullptr;
+      wsrc[m] = (row ? row : it.w0) + 8 * u;
+    }
+  };
+  auto stage_k = [&](int s) -> int64_t {
+    return s < st0 ? static_cast<int64_t>(c0) * kg.kc + kStageK * s
+                   : static_cast<int64_t>(c1) * kg.kc + kStageK * (s - st0);
+  };
+  auto load_weights = [&](int s) {
+    const uint32_t slot = ring + static_cast<uint32_t>((s % S) * Cfg::kSlotBytes);
+    const int64_t kb = stage_k(s);
+#pragma unroll
+    for (int m = 0; m < 2 * T; ++m) {
+      const int e = lane + 32 * m, i = e >> 3, u = e & 7;
+      const bool ok = wok[m] && kb + 8 * u < kg.in8;
+      cp_async_cg16(slot + tile_offset(i, u), ok ? wsrc[m] + kb : wsrc[m], ok, policy);
+    }
+  };
 
   const int64_t n_items = p.n_items();
+  // Launched programmatically: the first item's first weight stages stream while the kernel
+  // ahead (the activations' conversion) ends. Nothing that kernel writes is read, and nothing
+  // is written, before the wait; those copies join the first stage's commit group below.
+  int prefetched = 0;
+  if (early) {
+    LinItem it;
+    if (blockIdx.x < n_items && p.load_item(blockIdx.x, it)) {
+      weight_sources(it);
+      prefetched = nst < S - 1 ? nst : S - 1;
+      for (int s = 0; s < prefetched; ++s) load_weights(s);
+    }
+    grid_dependency_wait();
+  }
+
   for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
     LinItem it;
     if (!p.load_item(idx, it)) continue;  // uniform over the block
@@ -86,18 +141,8 @@ __global__ void __launch_bounds__(kSkinnyThreads, 1) linear_skinny_kernel(const 
     }
     __syncthreads();
 
-    // Copy sources of this lane: weight units lane + 32 m (row i = idx / 8 of the warp's 8·T
-    // rows, unit idx % 8) and activation units (row (lane / 8) + 4 m, unit lane % 8).
-    const __half* wsrc[2 * T];
-    bool wok[2 * T];
-#pragma unroll
-    for (int m = 0; m < 2 * T; ++m) {
-      const int e = lane + 32 * m, i = e >> 3, u = e & 7, t = i >> 3, j = i & 7;
-      const int64_t n = SWIGLU ? it.n0 + 8 * wn + j : it.n0 + 8 * (wn * T + t) + j;
-      const __half* row = p.w_row(it, SWIGLU ? t : 0, n);
-      wok[m] = row != nullptr;
-      wsrc[m] = (row ? row : it.w0) + 8 * u;
-    }
+    weight_sources(it);
+    // Activation copy sources of this lane: units (row (lane / 8) + 4 m, unit lane % 8).
     const __half* asrc[2 * RG];
     bool aok[2 * RG];
 #pragma unroll
@@ -107,24 +152,17 @@ __global__ void __launch_bounds__(kSkinnyThreads, 1) linear_skinny_kernel(const 
       asrc[m] = (aok[m] ? p.a_row(it, s_id[i]) : it.w0) + 8 * u;
     }
 
-    auto stage_k = [&](int s) -> int64_t {
-      return s < st0 ? static_cast<int64_t>(c0) * kg.kc + kStageK * s
-                     : static_cast<int64_t>(c1) * kg.kc + kStageK * (s - st0);
-    };
-    auto load_stage = [&](int s) {
+    auto load_stage = [&](int s, bool weights) {
       const uint32_t slot = ring + static_cast<uint32_t>((s % S) * Cfg::kSlotBytes);
       const int64_t kb = stage_k(s);
-#pragma unroll
-      for (int m = 0; m < 2 * T; ++m) {
-        const int e = lane + 32 * m, i = e >> 3, u = e & 7;
-        const bool ok = wok[m] && kb + 8 * u < kg.in8;
-        cp_async_cg16(slot + tile_offset(i, u), ok ? wsrc[m] + kb : wsrc[m], ok, policy);
-      }
+      if (weights) load_weights(s);
 #pragma unroll
       for (int m = 0; m < 2 * RG; ++m) {
         const int i = (lane >> 3) + 4 * m, u = lane & 7;
         const bool ok = aok[m] && kb + 8 * u < kg.in8;
-        cp_async_ca16(slot + tile_offset(8 * T + i, u), ok ? asrc[m] + kb : asrc[m], ok);
+        // After a programmatic start nothing may come from lines cached before the wait: L2 only.
+        if (early) cp_async_cg16_l2(slot + tile_offset(8 * T + i, u), ok ? asrc[m] + kb : asrc[m], ok);
+        else cp_async_ca16(slot + tile_offset(8 * T + i, u), ok ? asrc[m] + kb : asrc[m], ok);
       }
     };
     // The k16 steps of one stage that lie inside its chunk, in ascending order.
@@ -164,13 +202,14 @@ __global__ void __launch_bounds__(kSkinnyThreads, 1) linear_skinny_kernel(const 
 
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-      if (s < nst) load_stage(s);
+      if (s < nst) load_stage(s, s >= prefetched);
       cp_async_commit();
     }
+    prefetched = 0;
     for (int s = 0; s < nst; ++s) {
       cp_async_wait<S - 2>();
       __syncwarp();  // every lane's copies of stage s landed; every lane is done with slot s − 1
-      if (s + S - 1 < nst) load_stage(s + S - 1);
+      if (s + S - 1 < nst) load_stage(s + S - 1, true);
       cp_async_commit();
       const uint32_t slot = ring + static_cast<uint32_t>((s % S) * Cfg::kSlotBytes);
       if (s < st0) mma_stage(slot, stage_k(s), chunk_end(kg, c0), acc0);

@@ -1,5 +1,6 @@
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -7,12 +8,14 @@
 #include <utility>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda::lin {
 namespace {
 
 std::mutex g_mutex;
+std::atomic<int> g_programmatic{policy_from_env("FLASHTIER_LINEAR_PDL")};
 
 }  // namespace
 
@@ -63,5 +66,12 @@ int prepare_kernel(const void* func, int threads, size_t smem_bytes) {
   cache[{dev, {func, smem_bytes}}] = blocks;
   return blocks;
 }
+
+bool linear_programmatic(int64_t rows) {
+  const int policy = g_programmatic.load(std::memory_order_relaxed);
+  return policy != 0 && rows <= 8 && current_device_limits().cc_major >= 9;
+}
+
+void set_linear_programmatic(int policy) { g_programmatic.store(policy, std::memory_order_relaxed); }
 
 }  // namespace ft::cuda::lin

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ft::cuda::lin {
 
@@ -19,5 +20,12 @@ const DeviceLimits& current_device_limits();
 // Opts `func` in to `smem_bytes` of dynamic shared memory on the current device (once) and
 // returns how many blocks of `threads` threads fit on one SM (≥ 1; throws when none fit).
 int prepare_kernel(const void* func, int threads, size_t smem_bytes);
+
+// Whether a skinny dense call of `rows` rows is launched programmatically (core/programmatic.cuh:
+// it streams its first weight stages while the kernel ahead of it — the activations' fp16
+// conversion — ends): calls of up to 8 rows on sm_90+, unless FLASHTIER_LINEAR_PDL=off (policy
+// 0; 1 and 2 mean on). set_linear_programmatic changes it (tests, A/B).
+bool linear_programmatic(int64_t rows);
+void set_linear_programmatic(int policy);
 
 }  // namespace ft::cuda::lin

@@ -34,6 +34,11 @@ __device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src, boo
 __device__ __forceinline__ void cp_async_ca16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
+// The same bypassing L1 without a cache hint (activations of a grid that started early: nothing
+// of them may come from lines cached before the kernel ahead wrote them).
+__device__ __forceinline__ void cp_async_cg16_l2(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "shared/core/error.h"
 
@@ -29,6 +30,7 @@ __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) <
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads)
     to_f16_rows_kernel(const float* x, int64_t ld_x, int64_t cols, __half* xh, int64_t ld_xh, float* row_scale) {
+  grid_dependents_launch();  // the linear after this conversion may start streaming its weights
   const int64_t r = blockIdx.x;
   const float* row = x + r * ld_x;
   float m = 0.0f;  // fmaxf drops NaN, so a NaN element does not hide the row's scale

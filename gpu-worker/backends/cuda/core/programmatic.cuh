@@ -1,0 +1,40 @@
+#pragma once
+// Programmatic dependent launch (sm_90+): a grid launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start before the grid ahead of it in the
+// stream has finished — once every block of that grid has called grid_dependents_launch(), or has
+// ended. Until grid_dependency_wait() returns (that grid finished, its writes visible) such a grid
+// may touch only what the grid ahead neither writes nor reads: weights, its own shared memory.
+// Below sm_90 both calls compile to nothing and launchers never set the attribute. nvcc only.
+#include <cuda_runtime.h>
+
+namespace ft::cuda {
+
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// A launch configuration that lets the grid start early (the attribute lives in *attr, which
+// must outlive the launch call).
+inline cudaLaunchConfig_t programmatic_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                              cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr->val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+}  // namespace ft::cuda
