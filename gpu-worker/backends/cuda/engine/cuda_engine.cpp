@@ -95,6 +95,12 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
   if (!experts_present(w) && !o.expert_segment.empty() && model_->fp32)
     std::cerr << "cuda engine: fp32 precision: routed experts go to the CPU tier (exact)" << std::endl;
   if (!experts_present(w) && !o.expert_segment.empty() && !model_->fp32) {
+    // A bad statistics file is the user's error, refused here (naming the file), not a reason
+    // to run without the tier.
+    std::vector<std::vector<uint64_t>> warm_counts;
+    if (!o.expert_stats.empty())
+      warm_counts = tiers::read_routing_stats(o.expert_stats, static_cast<int>(cfg_.moe_layer_count()),
+                                              static_cast<int>(cfg_.n_routed_experts));
     std::string why;
     auto seg = ipc::ExpertSegment::attach(o.expert_segment, "", &why);
     if (!seg) {
@@ -110,7 +116,8 @@ CudaEngine::CudaEngine(const ModelWeights& w, ExpertBackend* host_experts, const
         to.keep_free = slot_bytes + kv_full + o.reserve_bytes + (64ull << 20);
         to.admit_per_step = o.admit_per_step;
         to.cache_policy.frequency_gate = o.expert_cache_gate && !env_off("FLASHTIER_CACHE_GATE");
-        to.warm_stats = o.expert_stats;
+        to.warm_counts = std::move(warm_counts);
+        to.warm_source = o.expert_stats;
         to.max_tokens = lim.max_tokens;
         to.forced_routes = o.forced_routes;
         to.staging_min_rows = o.staging_min_rows;

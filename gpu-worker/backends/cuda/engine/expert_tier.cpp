@@ -12,102 +12,111 @@ GpuExpertTier::GpuExpertTier(const ModelConfig& c, ipc::ExpertSegment seg, const
                              VramBudget& budget, cudaStream_t compute)
     : cfg_(c), seg_(std::move(seg)), o_(o), n_moe_(static_cast<int>(c.moe_layer_count())), E_(static_cast<int>(c.n_routed_experts)),
       TK_(static_cast<int>(c.num_experts_per_tok)), cache_(n_moe_, E_, 0) {
-  const ipc::SegmentHeader& h = seg_.header();
-  if (static_cast<int>(h.n_moe_layers) != n_moe_ || static_cast<int>(h.n_experts) != E_)
-    throw Error("expert segment " + seg_.name() + " holds " + std::to_string(h.n_moe_layers) + " MoE layers × " +
-                std::to_string(h.n_experts) + " experts; the model has " + std::to_string(n_moe_) + " × " +
-                std::to_string(E_));
-  moe_of_layer_.assign(static_cast<size_t>(c.num_hidden_layers), -1);
-  int k = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (c.is_moe(l)) moe_of_layer_[l] = k++;
-  uint64_t max_block = 0;
-  for (int m = 0; m < n_moe_; ++m)
-    for (int e = 0; e < E_; ++e) {
-      const ipc::BlockDesc& b = seg_.block(m, static_cast<uint32_t>(e));
-      if (b.format != static_cast<uint32_t>(ipc::BlockFormat::Exl3))
-        throw Error("expert segment " + seg_.name() + ": layer " + std::to_string(b.layer) +
-                    " holds dense experts; GPU reads from the segment need EXL3 blocks");
-      max_block = std::max(max_block, b.bytes);
+  // A throw part-way (a bad segment, no room for the slots, a CUDA error) must not leave the
+  // segment registered or the streams and events alive: the destructor does not run then.
+  try {
+    const ipc::SegmentHeader& h = seg_.header();
+    if (static_cast<int>(h.n_moe_layers) != n_moe_ || static_cast<int>(h.n_experts) != E_)
+      throw Error("expert segment " + seg_.name() + " holds " + std::to_string(h.n_moe_layers) + " MoE layers × " +
+                  std::to_string(h.n_experts) + " experts; the model has " + std::to_string(n_moe_) + " × " +
+                  std::to_string(E_));
+    moe_of_layer_.assign(static_cast<size_t>(c.num_hidden_layers), -1);
+    int k = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      if (c.is_moe(l)) moe_of_layer_[l] = k++;
+    uint64_t max_block = 0;
+    for (int m = 0; m < n_moe_; ++m)
+      for (int e = 0; e < E_; ++e) {
+        const ipc::BlockDesc& b = seg_.block(m, static_cast<uint32_t>(e));
+        if (b.format != static_cast<uint32_t>(ipc::BlockFormat::Exl3))
+          throw Error("expert segment " + seg_.name() + ": layer " + std::to_string(b.layer) +
+                      " holds dense experts; GPU reads from the segment need EXL3 blocks");
+        max_block = std::max(max_block, b.bytes);
+      }
+    slot_bytes_ = (max_block + 4095) / 4096 * 4096;
+    // Zero-copy: the whole segment, read-only, seen by the GPU at seg_dev_.
+    seg_dev_ = exl3_map_host_experts(const_cast<uint8_t*>(seg_.data()), static_cast<size_t>(seg_.size()));
+    table_ = DeviceArray<Exl3ExpertPtrs>(budget, static_cast<size_t>(n_moe_) * E_, VramCategory::ExpertCache,
+                                         "expert tables");
+    table_h_ = PinnedArray<Exl3ExpertPtrs>(table_.size());
+    layers_.resize(static_cast<size_t>(n_moe_));
+    for (int m = 0; m < n_moe_; ++m) {
+      const uint8_t* first = seg_.block_data(seg_.block(m, 0));
+      layers_[m] = exl3_moe_geometry(first, E_);
+      for (int e = 0; e < E_; ++e) {
+        const uint8_t* blk = seg_.block_data(seg_.block(m, static_cast<uint32_t>(e)));
+        exl3_moe_check_block(layers_[m], blk, e);
+        table_h_[m * E_ + e] = segment_entry(m, e);
+      }
+      layers_[m].table = table_.get() + m * E_;
     }
-  slot_bytes_ = (max_block + 4095) / 4096 * 4096;
-  // Zero-copy: the whole segment, read-only, seen by the GPU at seg_dev_.
-  seg_dev_ = exl3_map_host_experts(const_cast<uint8_t*>(seg_.data()), static_cast<size_t>(seg_.size()));
-  table_ = DeviceArray<Exl3ExpertPtrs>(budget, static_cast<size_t>(n_moe_) * E_, VramCategory::ExpertCache,
-                                       "expert tables");
-  table_h_ = PinnedArray<Exl3ExpertPtrs>(table_.size());
-  layers_.resize(static_cast<size_t>(n_moe_));
-  for (int m = 0; m < n_moe_; ++m) {
-    const uint8_t* first = seg_.block_data(seg_.block(m, 0));
-    layers_[m] = exl3_moe_geometry(first, E_);
-    for (int e = 0; e < E_; ++e) {
-      const uint8_t* blk = seg_.block_data(seg_.block(m, static_cast<uint32_t>(e)));
-      exl3_moe_check_block(layers_[m], blk, e);
-      table_h_[m * E_ + e] = segment_entry(m, e);
+    FT_CUDA_CHECK(cudaMemcpy(table_.get(), table_h_.get(), table_.bytes(), cudaMemcpyHostToDevice));
+    size_t ws = 0;
+    for (const Exl3MoeLayer& L : layers_) ws = std::max(ws, exl3_moe_workspace_bytes(L, o.max_tokens, TK_));
+    ws_ = DeviceArray<uint8_t>(budget, ws, VramCategory::Workspace, "zero-copy expert workspace");
+    exl3_moe_workspace_init(ws_.get(), ws, compute);
+    // Mapped: the tier split's stream writes a step's picks here itself (host_publish.h).
+    routes_h_ = PinnedArray<int32_t>(static_cast<size_t>(n_moe_) * o.max_tokens * TK_, PinnedKind::Mapped);
+    compute_ = compute;
+    if (o.forced_routes) {
+      forced_ = DeviceArray<int32_t>(budget, static_cast<size_t>(n_moe_) * o.max_tokens * TK_, VramCategory::Workspace,
+                                     "forced routes");
+      forced_h_ = PinnedArray<int32_t>(forced_.size());
     }
-    layers_[m].table = table_.get() + m * E_;
-  }
-  FT_CUDA_CHECK(cudaMemcpy(table_.get(), table_h_.get(), table_.bytes(), cudaMemcpyHostToDevice));
-  size_t ws = 0;
-  for (const Exl3MoeLayer& L : layers_) ws = std::max(ws, exl3_moe_workspace_bytes(L, o.max_tokens, TK_));
-  ws_ = DeviceArray<uint8_t>(budget, ws, VramCategory::Workspace, "zero-copy expert workspace");
-  exl3_moe_workspace_init(ws_.get(), ws, compute);
-  // Mapped: the tier split's stream writes a step's picks here itself (host_publish.h).
-  routes_h_ = PinnedArray<int32_t>(static_cast<size_t>(n_moe_) * o.max_tokens * TK_, PinnedKind::Mapped);
-  compute_ = compute;
-  if (o.forced_routes) {
-    forced_ = DeviceArray<int32_t>(budget, static_cast<size_t>(n_moe_) * o.max_tokens * TK_, VramCategory::Workspace,
-                                   "forced routes");
-    forced_h_ = PinnedArray<int32_t>(forced_.size());
-  }
-  // The cache takes what is left once the tier's own buffers are in (cache_bytes, or, when 0,
-  // 90% of what the budget holds beyond keep_free — the engine's sequence states, full-context
-  // KV cache and reserve), so the allocations after it always find their room.
-  const uint64_t avail = budget.available();
-  uint64_t cache_bytes = o.cache_bytes;
-  if (cache_bytes == 0 && o.auto_cache) cache_bytes = avail > o.keep_free ? (avail - o.keep_free) / 10 * 9 : 0;
-  if (avail < o.keep_free + cache_bytes) cache_bytes = avail > o.keep_free ? avail - o.keep_free : 0;
-  const int slots = slot_bytes_ ? static_cast<int>(cache_bytes / slot_bytes_) : 0;
-  cache_ = tiers::ExpertCache(n_moe_, E_, slots, o_.cache_policy);
-  if (slots > 0)
-    slots_mem_ = DeviceArray<uint8_t>(budget, static_cast<size_t>(slots) * slot_bytes_, VramCategory::ExpertCache,
-                                      "expert cache slots");
-  FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-  FT_CUDA_CHECK(cudaEventCreateWithFlags(&tables_written_, cudaEventDisableTiming));
-  in_vram_.assign(static_cast<size_t>(n_moe_) * E_, 0);
-  slot_copies_.assign(static_cast<size_t>(slots), 0);
-  if (!o.warm_stats.empty() && slots > 0) {
-    // Copied in now on the copy stream; each table entry switches to VRAM at the first step after
-    // its copy is done, as an admission's does.
-    const auto placed = cache_.warm_start(tiers::read_routing_stats(o.warm_stats, n_moe_, E_));
-    for (const auto& [slot, me] : placed) copy_in(me.first, me.second, slot);
-    std::cerr << "expert cache: warm start from " << o.warm_stats << ": " << placed.size() << " of " << slots
-              << " slots" << std::endl;
-  }
-  // By default two layers' worth, so a chunk stages every expert of a layer it does not find in
-  // VRAM: an expert left out is read zero-copy once per 32-row batch of its picks (many reads of
-  // its bytes in a large chunk instead of one copy). At most three quarters of the cache (half
-  // left ~255 slots per buffer at 24 GB, short of a layer's 288: docs/perf.md, session 12); the
-  // other quarter keeps its experts through the prefill.
-  staging_slots_ = o.staging_slots >= 0 ? std::min(o.staging_slots, slots) : std::min(2 * E_, slots / 4 * 3);
-  // Decode steps (graph-captured, at most a few dozen rows) must never stage.
-  o_.staging_min_rows = std::max<int64_t>(o_.staging_min_rows, 65);
-  staging_slots_ -= staging_slots_ % 2;
-  if (staging_slots_ > 0) {
-    stage_h_ = PinnedArray<Exl3ExpertPtrs>(static_cast<size_t>(n_moe_) * E_);
-    stage_table_ = DeviceArray<Exl3ExpertPtrs>(budget, static_cast<size_t>(2) * E_, VramCategory::ExpertCache,
-                                               "staging tables");
-    stage_layers_ = layers_;
-    for (int m = 0; m < n_moe_; ++m) stage_layers_[m].table = stage_table_.get() + (m % 2) * E_;
-    for (int b = 0; b < 2; ++b) {
-      FT_CUDA_CHECK(cudaEventCreateWithFlags(&stage_ready_[b], cudaEventDisableTiming));
-      FT_CUDA_CHECK(cudaEventCreateWithFlags(&stage_free_[b], cudaEventDisableTiming));
+    // The cache takes what is left once the tier's own buffers are in (cache_bytes, or, when 0,
+    // 90% of what the budget holds beyond keep_free — the engine's sequence states, full-context
+    // KV cache and reserve), so the allocations after it always find their room.
+    const uint64_t avail = budget.available();
+    uint64_t cache_bytes = o.cache_bytes;
+    if (cache_bytes == 0 && o.auto_cache) cache_bytes = avail > o.keep_free ? (avail - o.keep_free) / 10 * 9 : 0;
+    if (avail < o.keep_free + cache_bytes) cache_bytes = avail > o.keep_free ? avail - o.keep_free : 0;
+    const int slots = slot_bytes_ ? static_cast<int>(cache_bytes / slot_bytes_) : 0;
+    cache_ = tiers::ExpertCache(n_moe_, E_, slots, o_.cache_policy);
+    if (slots > 0)
+      slots_mem_ = DeviceArray<uint8_t>(budget, static_cast<size_t>(slots) * slot_bytes_, VramCategory::ExpertCache,
+                                        "expert cache slots");
+    FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&tables_written_, cudaEventDisableTiming));
+    in_vram_.assign(static_cast<size_t>(n_moe_) * E_, 0);
+    slot_copies_.assign(static_cast<size_t>(slots), 0);
+    if (!o.warm_counts.empty() && slots > 0) {
+      // Copied in now on the copy stream; each table entry switches to VRAM at the first step after
+      // its copy is done, as an admission's does.
+      const auto placed = cache_.warm_start(o.warm_counts);
+      for (const auto& [slot, me] : placed) copy_in(me.first, me.second, slot);
+      std::cerr << "expert cache: warm start from " << o.warm_source << ": " << placed.size() << " of " << slots
+                << " slots" << std::endl;
     }
+    // By default two layers' worth, so a chunk stages every expert of a layer it does not find in
+    // VRAM: an expert left out is read zero-copy once per 32-row batch of its picks (many reads of
+    // its bytes in a large chunk instead of one copy). At most three quarters of the cache (half
+    // left ~255 slots per buffer at 24 GB, short of a layer's 288: docs/perf.md, session 12); the
+    // other quarter keeps its experts through the prefill.
+    staging_slots_ = o.staging_slots >= 0 ? std::min(o.staging_slots, slots) : std::min(2 * E_, slots / 4 * 3);
+    // Decode steps (graph-captured, at most a few dozen rows) must never stage.
+    o_.staging_min_rows = std::max<int64_t>(o_.staging_min_rows, 65);
+    staging_slots_ -= staging_slots_ % 2;
+    if (staging_slots_ > 0) {
+      stage_h_ = PinnedArray<Exl3ExpertPtrs>(static_cast<size_t>(n_moe_) * E_);
+      stage_table_ = DeviceArray<Exl3ExpertPtrs>(budget, static_cast<size_t>(2) * E_, VramCategory::ExpertCache,
+                                                 "staging tables");
+      stage_layers_ = layers_;
+      for (int m = 0; m < n_moe_; ++m) stage_layers_[m].table = stage_table_.get() + (m % 2) * E_;
+      for (int b = 0; b < 2; ++b) {
+        FT_CUDA_CHECK(cudaEventCreateWithFlags(&stage_ready_[b], cudaEventDisableTiming));
+        FT_CUDA_CHECK(cudaEventCreateWithFlags(&stage_free_[b], cudaEventDisableTiming));
+      }
+    }
+    FT_CUDA_CHECK(cudaStreamSynchronize(compute));
+  } catch (...) {
+    release();
+    throw;
   }
-  FT_CUDA_CHECK(cudaStreamSynchronize(compute));
 }
 
-GpuExpertTier::~GpuExpertTier() {
+GpuExpertTier::~GpuExpertTier() { release(); }
+
+void GpuExpertTier::release() noexcept {
   if (copy_) cudaStreamSynchronize(copy_);
   for (Pending& p : pending_) cudaEventDestroy(p.done);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
@@ -118,6 +127,12 @@ GpuExpertTier::~GpuExpertTier() {
   }
   if (copy_) cudaStreamDestroy(copy_);
   if (seg_dev_) cudaHostUnregister(const_cast<uint8_t*>(seg_.data()));
+  pending_.clear();
+  free_events_.clear();
+  tables_written_ = nullptr;
+  stage_ready_[0] = stage_ready_[1] = stage_free_[0] = stage_free_[1] = nullptr;
+  copy_ = nullptr;
+  seg_dev_ = nullptr;
 }
 
 const Exl3MoeLayer& GpuExpertTier::layer(int64_t l) const { return layers_.at(static_cast<size_t>(moe_of_layer_.at(l))); }

@@ -32,9 +32,11 @@ struct ExpertTierOptions {
   uint64_t keep_free = 0;     // budget bytes the cache never takes (sequence states, KV cache, reserve)
   int admit_per_step = 32;    // blocks copied into the cache per step at most (PCIe is shared with zero-copy reads)
   tiers::CachePolicy cache_policy;  // admission gate (on by default)
-  // A routing-statistics file (tiers::read_routing_stats): the cache starts with its most used
-  // experts, copied in at load, and the gate's counts start from it. "": start empty.
-  std::string warm_stats;
+  // Use counts of a routing-statistics file (tiers::read_routing_stats, [MoE layer][expert]): the
+  // cache starts with the most used experts, copied in at load, and the gate's counts start from
+  // them. Empty: start empty. warm_source names the file in the log.
+  std::vector<std::vector<uint64_t>> warm_counts;
+  std::string warm_source;
   int64_t max_tokens = 1;     // rows of the largest step (route buffers)
   bool forced_routes = false; // benchmarks: picks come from set_forced_routes, not the router
   // Prefill staging: steps of at least staging_min_rows rows borrow staging_slots cache slots
@@ -84,7 +86,7 @@ class GpuExpertTier {
   void after_step(int64_t n, bool admit, cudaStream_t compute);
 
   ExpertTierStats stats() const;
-  // The cache's use counts as a routing-statistics file (what warm_stats reads). Not while a step
+  // The cache's use counts as a routing-statistics file (what warm_counts come from). Not while a step
   // runs.
   void write_stats(const std::string& path) const;
 
@@ -115,6 +117,10 @@ class GpuExpertTier {
   Exl3ExpertPtrs slot_entry(int moe, int expert, int slot) const;
 
   const ModelConfig& cfg_;
+  // The segment's registration, the copy stream and the events (the destructor, and a
+  // constructor that throws part-way).
+  void release() noexcept;
+
   ipc::ExpertSegment seg_;
   void* seg_dev_ = nullptr;  // device alias of the segment
   ExpertTierOptions o_;
