@@ -357,12 +357,14 @@ TEST_F(GpuLinearF16, BatchInvariance) {
 // linears through one staging buffer, each input different and written just before its linear
 // reads it, in a CUDA graph as decode steps run: the same bits with the launch on and off.
 TEST_F(GpuLinearF16, ProgrammaticLaunchGivesTheSameBits) {
-  const int64_t out = 2048, in = 4096, ld = pad8(in), chain = 6;
-  const std::vector<float> W = test::lin::fast_uniform(out * in, 41, 0.05f, true);
-  const DeviceWeight w = upload_weight(W, out, in);
   cudaStream_t st;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  // 4096 outputs: the two-tile shape on sm_90 (linear_f16_kernels.cuh, SkinnyRows8Pair).
+  for (const int64_t out : {2048, 4096})
   for (int64_t rows : {1, 4, 8, 13, 32}) {
+    const int64_t in = 4096, ld = pad8(in), chain = 6;
+    const std::vector<float> W = test::lin::fast_uniform(out * in, 41 + out, 0.05f, true);
+    const DeviceWeight w = upload_weight(W, out, in);
     const std::vector<float> Xh = test::lin::fast_uniform(chain * rows * in, 42 + rows, 3.0f, false);
     const DevBuf<float> X(Xh);
     DevBuf<uint16_t> xh(static_cast<size_t>(rows * ld));
@@ -388,14 +390,15 @@ TEST_F(GpuLinearF16, ProgrammaticLaunchGivesTheSameBits) {
       return y.download();
     };
     const std::vector<float> plain = run(0), early = run(2);
-    EXPECT_EQ(bit_mismatches(early.data(), plain.data(), plain.size()), 0u) << "rows " << rows;
+    EXPECT_EQ(bit_mismatches(early.data(), plain.data(), plain.size()), 0u) << out << " outputs, rows " << rows;
     // And the chain's last linear against a fresh conversion of its own input: no stale input.
     const std::vector<float> last(Xh.end() - rows * in, Xh.end());
     const DeviceRows d = stage_rows(last, rows, in);
     DevBuf<float> y1(static_cast<size_t>(rows * out));
     linear_f16(w.L, d.h(), d.ld, d.rs.get(), rows, y1.get(), out, nullptr);
     const std::vector<float> one = y1.download();
-    EXPECT_EQ(bit_mismatches(early.data() + (chain - 1) * rows * out, one.data(), one.size()), 0u) << "rows " << rows;
+    EXPECT_EQ(bit_mismatches(early.data() + (chain - 1) * rows * out, one.data(), one.size()), 0u)
+        << out << " outputs, rows " << rows;
   }
   cudaStreamDestroy(st);
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
@@ -68,6 +69,18 @@ struct DenseProblem {
                      accumulate);
   }
 };
+
+// Rounds of resident blocks a skinny launch of this configuration takes.
+template <class Cfg>
+int64_t skinny_rounds(const DenseProblem& pr, int64_t batch, int wk) {
+  const int wn = lin::kSkinnyWarps / wk;
+  const int64_t items = (pr.out + lin::skinny_block_n<Cfg, false>(wn) - 1) / lin::skinny_block_n<Cfg, false>(wn) * batch;
+  auto kernel = lin::linear_skinny_kernel<Cfg, DenseProblem>;
+  const int per_sm = lin::prepare_kernel(reinterpret_cast<const void*>(kernel), lin::kSkinnyThreads,
+                                         lin::skinny_smem_bytes<Cfg>(pr.k.chunks, wn));
+  const int64_t resident = static_cast<int64_t>(per_sm) * lin::current_device_limits().sm_count;
+  return (items + resident - 1) / resident;
+}
 
 template <class Cfg>
 void launch_skinny(DenseProblem pr, int64_t batch, int wk, cudaStream_t stream) {
@@ -149,7 +162,11 @@ void run_dense(const LinearF16& L, int64_t batch, int64_t w_stride, const __half
 
   if (rows <= lin::kSkinnyMaxRows) {
     const int wk = lin::skinny_warps_along_k(pr.k.chunks);
-    if (rows <= 8) launch_skinny<lin::SkinnyRows8>(pr, batch, wk, stream);
+    static const bool pairs = !env_off("FLASHTIER_LINEAR_PAIRS");
+    if (rows <= 8 && pairs && skinny_rounds<lin::SkinnyRows8>(pr, batch, wk) == 2 &&
+        skinny_rounds<lin::SkinnyRows8Pair>(pr, batch, wk) == 1)
+      launch_skinny<lin::SkinnyRows8Pair>(pr, batch, wk, stream);
+    else if (rows <= 8) launch_skinny<lin::SkinnyRows8>(pr, batch, wk, stream);
     else if (rows <= 16) launch_skinny<lin::SkinnyRows16>(pr, batch, wk, stream);
     else launch_skinny<lin::SkinnyRows32>(pr, batch, wk, stream);
     return;

@@ -16,6 +16,10 @@ using SkinnyRows8 = SkinnyCfg<1, 1, 4>;    // 64 KB of rings: 3 blocks/SM on sm_
 using SkinnyRows16 = SkinnyCfg<2, 2, 3>;   // 96 KB: 2 blocks/SM on sm_90
 using SkinnyRows32 = SkinnyCfg<4, 2, 2>;   // 96 KB
 using SkinnySwiglu8 = SkinnyCfg<1, 2, 4>;  // MoE gate+up: 96 KB
+// ≤ 8 rows, two n8 tiles per warp (96 KB: 2 blocks/SM on sm_90): for dense calls whose one-tile
+// grid would end in a second, mostly idle wave (4096 outputs: 512 blocks on 396 resident places)
+// but whose two-tile grid fits one (256 on 264).
+using SkinnyRows8Pair = SkinnyCfg<1, 2, 4>;
 
 // Warps along K: the largest power of two ≤ min(chunks, 8) (every warp gets ≤ 2 chunks).
 inline int skinny_warps_along_k(int chunks) {
