@@ -7,6 +7,11 @@
 // Below sm_90 both calls compile to nothing and launchers never set the attribute. nvcc only.
 #include <cuda_runtime.h>
 
+#include <utility>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.h"
+
 namespace ft::cuda {
 
 __device__ __forceinline__ void grid_dependency_wait() {
@@ -35,6 +40,28 @@ inline cudaLaunchConfig_t programmatic_config(dim3 grid, dim3 block, size_t smem
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cfg;
+}
+
+// The first statement of every kernel launch_chained starts: wait for the kernel ahead (a
+// no-op when this grid was launched plainly), then let the next one launch.
+__device__ __forceinline__ void chain_start() {
+  grid_dependency_wait();
+  grid_dependents_launch();
+}
+
+// A per-step kernel (one that begins with chain_start()): started early where
+// chain_programmatic() says so, plainly otherwise.
+template <class... KernelArgs, class... Args>
+void launch_chained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                    Args&&... args) {
+  if (chain_programmatic()) {
+    cudaLaunchAttribute attr{};
+    const cudaLaunchConfig_t cfg = programmatic_config(grid, block, smem, stream, &attr);
+    FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+    return;
+  }
+  kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+  FT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ft::cuda

@@ -1,11 +1,11 @@
-#include "gpu-worker/backends/cuda/ops/embed.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
+#include "gpu-worker/backends/cuda/ops/embed.h"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
 #include "shared/core/error.h"
 
@@ -47,6 +47,7 @@ __device__ __forceinline__ void load_embed_chunk(const void* row, int64_t D, int
 template <EmbedDtype DT, bool VEC>
 __global__ void __launch_bounds__(kEmbedThreads)
     embed_kernel(const void* table, int64_t vocab, int64_t D, const int32_t* tokens, int64_t hc, float* X) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   const int64_t t = blockIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kEmbedThreads + threadIdx.x;
   if (4 * c >= D) return;
@@ -86,6 +87,7 @@ template <bool VEC>
 __global__ void __launch_bounds__(kFinalThreads)
     final_norm_kernel(const float* X, int64_t n_tokens, int64_t hc, int64_t D, const int32_t* rows, const float* w,
                       float eps, float* h, int64_t ld_h) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int WARPS = kFinalThreads / 32;
   __shared__ double partial[WARPS];
   const int64_t r = blockIdx.x;
@@ -129,8 +131,10 @@ void launch_embed(const EmbedTable& e, const int32_t* tokens, int64_t n, int64_t
                   cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n),
                   static_cast<unsigned>((e.dim + 4 * kEmbedThreads - 1) / (4 * kEmbedThreads)));
-  if (vec) embed_kernel<DT, true><<<grid, kEmbedThreads, 0, stream>>>(e.data, e.vocab, e.dim, tokens, hc, X);
-  else embed_kernel<DT, false><<<grid, kEmbedThreads, 0, stream>>>(e.data, e.vocab, e.dim, tokens, hc, X);
+  if (vec)
+    launch_chained(embed_kernel<DT, true>, grid, kEmbedThreads, 0, stream, e.data, e.vocab, e.dim, tokens, hc, X);
+  else
+    launch_chained(embed_kernel<DT, false>, grid, kEmbedThreads, 0, stream, e.data, e.vocab, e.dim, tokens, hc, X);
   FT_CUDA_CHECK_LAUNCH();
 }
 
@@ -163,11 +167,11 @@ void final_norm(const float* X, int64_t n_tokens, int64_t hc, int64_t dim, const
   if (n_rows <= 0) return;
   const bool vec = dim % 4 == 0 && ld_h % 4 == 0 && misc::aligned16(X) && misc::aligned16(h) && misc::aligned16(w);
   if (vec)
-    final_norm_kernel<true>
-        <<<static_cast<unsigned>(n_rows), kFinalThreads, 0, stream>>>(X, n_tokens, hc, dim, rows, w, eps, h, ld_h);
+    launch_chained(final_norm_kernel<true>, static_cast<unsigned>(n_rows), kFinalThreads, 0, stream, X, n_tokens, hc,
+                   dim, rows, w, eps, h, ld_h);
   else
-    final_norm_kernel<false>
-        <<<static_cast<unsigned>(n_rows), kFinalThreads, 0, stream>>>(X, n_tokens, hc, dim, rows, w, eps, h, ld_h);
+    launch_chained(final_norm_kernel<false>, static_cast<unsigned>(n_rows), kFinalThreads, 0, stream, X, n_tokens, hc,
+                   dim, rows, w, eps, h, ld_h);
   FT_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,7 @@
 // B rows), the gates and q/k preparation of ReferenceEngine::kda_layer, and the decode step of the
 // recurrence. The chunked prefill of the recurrence is in kda_chunk*.cu.
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/kda.h"
 #include "gpu-worker/backends/cuda/ops/kda_common.cuh"
 
@@ -26,6 +27,7 @@ __global__ __launch_bounds__(kConvThreads) void conv_prefill_kernel(float* __res
                                                                     const float* __restrict__ z, int64_t ld_z,
                                                                     int64_t n, const float* __restrict__ w, int64_t C,
                                                                     float* __restrict__ out, int64_t ld_out) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int W = K - 1;  // window rows
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kConvThreads + threadIdx.x;
   if (c >= C) return;
@@ -78,6 +80,7 @@ __global__ __launch_bounds__(kConvThreads) void conv_decode_kernel(float* __rest
                                                                    const int32_t* __restrict__ slots, const float* z,
                                                                    int64_t ld_z, const float* __restrict__ w, int64_t C,
                                                                    float* out, int64_t ld_out) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int W = K - 1;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kConvThreads + threadIdx.x;
   const int64_t b = blockIdx.y;
@@ -147,6 +150,7 @@ __global__ __launch_bounds__(kPrepareWarps *
                                                      int64_t rows, int64_t H, const float* __restrict__ dt_bias,
                                                      const float* __restrict__ a_log, bool bounded, float lower_bound,
                                                      float* g, int64_t ld_g, float* beta, int64_t ld_beta) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int PER = (DL + 31) / 32;
   const int lane = threadIdx.x & 31;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kPrepareWarps + (threadIdx.x >> 5);
@@ -233,6 +237,7 @@ __global__ __launch_bounds__(DecodeCfg<DL>::threads) void decode_step_kernel(
     float* __restrict__ pool, const int32_t* __restrict__ slots, const float* __restrict__ qkv, int64_t ld_qkv,
     const float* __restrict__ g, int64_t ld_g, const float* __restrict__ beta, int64_t ld_beta, int64_t H,
     float* __restrict__ o, int64_t ld_o) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   using Cfg = DecodeCfg<DL>;
   __shared__ float red_p[Cfg::warps][Cfg::JC];
   __shared__ float red_o[Cfg::warps][Cfg::JC];
@@ -298,8 +303,8 @@ void kda_conv_prefill(float* window, const float* z, int64_t ld_z, int64_t n, co
                   static_cast<unsigned>((n + kConvTokensPerBlock - 1) / kConvTokensPerBlock));
   require(grid.y <= 65535, "kda_conv_prefill", "too many tokens in one call");
   dispatch_conv_kernel(kernel, [&](auto kc) {
-    conv_prefill_kernel<decltype(kc)::value>
-        <<<grid, kConvThreads, 0, stream>>>(window, z, ld_z, n, w, channels, out, ld_out);
+    launch_chained(conv_prefill_kernel<decltype(kc)::value>, grid, kConvThreads, 0, stream, window, z, ld_z, n, w,
+                   channels, out, ld_out);
   });
   FT_CUDA_CHECK_LAUNCH();
 }
@@ -313,8 +318,8 @@ void kda_conv_decode(float* window_pool, const int32_t* slots, const float* z, i
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads), static_cast<unsigned>(rows));
   dispatch_conv_kernel(kernel, [&](auto kc) {
-    conv_decode_kernel<decltype(kc)::value>
-        <<<grid, kConvThreads, 0, stream>>>(window_pool, slots, z, ld_z, w, channels, out, ld_out);
+    launch_chained(conv_decode_kernel<decltype(kc)::value>, grid, kConvThreads, 0, stream, window_pool, slots, z, ld_z,
+                   w, channels, out, ld_out);
   });
   FT_CUDA_CHECK_LAUNCH();
 }
@@ -333,9 +338,9 @@ void kda_prepare(float* qkv, int64_t ld_qkv, const float* r, int64_t ld_r, const
   const int64_t blocks = (items + kPrepareWarps - 1) / kPrepareWarps;
   require(blocks < (int64_t{1} << 31), "kda_prepare", "too many rows");
   dispatch_token_head_dim(shape.head_dim, [&](auto dl) {
-    prepare_kernel<decltype(dl)::value><<<static_cast<unsigned>(blocks), kPrepareWarps * 32, 0, stream>>>(
-        qkv, ld_qkv, r, ld_r, beta_logits, ld_beta_logits, rows, shape.heads, dt_bias, a_log, lower_bound.has_value(),
-        lower_bound.value_or(0.0f), g, ld_g, beta, ld_beta);
+    launch_chained(prepare_kernel<decltype(dl)::value>, static_cast<unsigned>(blocks), kPrepareWarps * 32, 0, stream,
+                   qkv, ld_qkv, r, ld_r, beta_logits, ld_beta_logits, rows, shape.heads, dt_bias, a_log,
+                   lower_bound.has_value(), lower_bound.value_or(0.0f), g, ld_g, beta, ld_beta);
   });
   FT_CUDA_CHECK_LAUNCH();
 }
@@ -355,8 +360,8 @@ void kda_decode_step(float* state_pool, const int32_t* slots, const float* qkv, 
   dispatch_token_head_dim(shape.head_dim, [&](auto dl) {
     using Cfg = DecodeCfg<decltype(dl)::value>;
     const dim3 grid(static_cast<unsigned>(shape.heads * Cfg::tiles), static_cast<unsigned>(rows));
-    decode_step_kernel<decltype(dl)::value><<<grid, Cfg::threads, 0, stream>>>(state_pool, slots, qkv, ld_qkv, g, ld_g,
-                                                                               beta, ld_beta, shape.heads, o, ld_o);
+    launch_chained(decode_step_kernel<decltype(dl)::value>, grid, Cfg::threads, 0, stream, state_pool, slots, qkv,
+                   ld_qkv, g, ld_g, beta, ld_beta, shape.heads, o, ld_o);
   });
   FT_CUDA_CHECK_LAUNCH();
 }

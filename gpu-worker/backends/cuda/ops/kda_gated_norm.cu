@@ -1,6 +1,7 @@
 // The gated output norm of a KDA layer (spec §4.8): per row and head, the weighted RMSNorm of
 // shared/ops/norms.cpp times σ(gate), as ReferenceEngine::kda_layer applies it.
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/kda.h"
 #include "gpu-worker/backends/cuda/ops/kda_common.cuh"
 
@@ -18,6 +19,7 @@ __global__ __launch_bounds__(kNormWarps * 32) void gated_norm_kernel(const float
                                                                      const float* __restrict__ gate, int64_t ld_gate,
                                                                      const float* __restrict__ norm_w, int64_t rows,
                                                                      int64_t H, float eps, float* y, int64_t ld_y) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int PER = (DL + 31) / 32;
   const int lane = threadIdx.x & 31;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kNormWarps + (threadIdx.x >> 5);
@@ -53,8 +55,8 @@ void kda_gated_norm(const float* o, int64_t ld_o, const float* gate, int64_t ld_
   const int64_t blocks = (rows * shape.heads + kNormWarps - 1) / kNormWarps;
   require(blocks < (int64_t{1} << 31), "kda_gated_norm", "too many rows");
   dispatch_token_head_dim(shape.head_dim, [&](auto dl) {
-    gated_norm_kernel<decltype(dl)::value><<<static_cast<unsigned>(blocks), kNormWarps * 32, 0, stream>>>(
-        o, ld_o, gate, ld_gate, norm_w, rows, shape.heads, eps, y, ld_y);
+    launch_chained(gated_norm_kernel<decltype(dl)::value>, static_cast<unsigned>(blocks), kNormWarps * 32, 0, stream, o,
+                   ld_o, gate, ld_gate, norm_w, rows, shape.heads, eps, y, ld_y);
   });
   FT_CUDA_CHECK_LAUNCH();
 }

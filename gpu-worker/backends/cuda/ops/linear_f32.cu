@@ -25,6 +25,7 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
 #include "shared/core/error.h"
@@ -125,6 +126,7 @@ __device__ __forceinline__ void segment_partials(const DecodeArgs& a, int64_t n,
 // (segment partials), then bsum[no][bpc][8] (block sums).
 template <bool BF16, bool VEC, bool CLUSTER>
 __global__ void __launch_bounds__(256) linear_f32_decode_kernel(const DecodeArgs a) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained or launch_decode
   extern __shared__ float dsm[];
   const int spc = a.bpc * kSegsPerBlock;
   float* part = dsm;
@@ -211,6 +213,7 @@ struct TiledArgs {
 
 template <bool BF16, bool VEC>
 __global__ void __launch_bounds__(256) linear_f32_tiled_kernel(const TiledArgs a) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained or launch_decode
   __shared__ __align__(16) float xs[kSeg][kTilePad];
   __shared__ __align__(16) float ws[kSeg][kTilePad];
   const int tid = threadIdx.x, tr = tid >> 4, tn = tid & 15;
@@ -318,6 +321,7 @@ __global__ void __launch_bounds__(256) linear_f32_tiled_kernel(const TiledArgs a
 
 // The split's fold: y = 0 + b_0 + b_1 + … per (row, output), the tiled kernel's total.
 __global__ void __launch_bounds__(256) linear_f32_fold_kernel(const TiledArgs a, int blocks) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained or launch_decode
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.rows * a.out) return;
   const int64_t r = i / a.out, n = i - r * a.out;
@@ -334,22 +338,30 @@ cudaError_t launch_decode(const DecodeArgs& a, int threads, size_t smem, cudaStr
   auto kernel = linear_f32_decode_kernel<BF16, VEC, CLUSTER>;
   lin::prepare_kernel(reinterpret_cast<const void*>(kernel), threads, smem);
   const dim3 grid(static_cast<unsigned>((a.out + a.no - 1) / a.no), static_cast<unsigned>(a.cs));
+  const bool early = chain_programmatic();
   if constexpr (!CLUSTER) {
-    kernel<<<grid, threads, smem, stream>>>(a);
-    return cudaGetLastError();
+    if (!early) {
+      kernel<<<grid, threads, smem, stream>>>(a);
+      return cudaGetLastError();
+    }
+    cudaLaunchAttribute attr{};
+    const cudaLaunchConfig_t cfg = programmatic_config(grid, dim3(static_cast<unsigned>(threads)), smem, stream, &attr);
+    return cudaLaunchKernelEx(&cfg, kernel, a);
   } else {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(static_cast<unsigned>(threads));
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 1;
     attr[0].val.clusterDim.y = static_cast<unsigned>(a.cs);
     attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = early ? 2 : 1;
     return cudaLaunchKernelEx(&cfg, kernel, a);
   }
 }
@@ -431,15 +443,15 @@ void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, 
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), split ? static_cast<unsigned>(blocks) : 1u);
   const bool vec = x_vec && w_vec;
   if (L.w_bf16) {
-    if (vec) linear_f32_tiled_kernel<true, true><<<grid, 256, 0, stream>>>(a);
-    else linear_f32_tiled_kernel<true, false><<<grid, 256, 0, stream>>>(a);
+    if (vec) launch_chained(linear_f32_tiled_kernel<true, true>, grid, 256, 0, stream, a);
+    else launch_chained(linear_f32_tiled_kernel<true, false>, grid, 256, 0, stream, a);
   } else {
-    if (vec) linear_f32_tiled_kernel<false, true><<<grid, 256, 0, stream>>>(a);
-    else linear_f32_tiled_kernel<false, false><<<grid, 256, 0, stream>>>(a);
+    if (vec) launch_chained(linear_f32_tiled_kernel<false, true>, grid, 256, 0, stream, a);
+    else launch_chained(linear_f32_tiled_kernel<false, false>, grid, 256, 0, stream, a);
   }
   FT_CUDA_CHECK_LAUNCH();
   if (split) {
-    linear_f32_fold_kernel<<<static_cast<unsigned>((rows * L.out + 255) / 256), 256, 0, stream>>>(a, blocks);
+    launch_chained(linear_f32_fold_kernel, static_cast<unsigned>((rows * L.out + 255) / 256), 256, 0, stream, a, blocks);
     FT_CUDA_CHECK_LAUNCH();
   }
 }

@@ -30,7 +30,7 @@ __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) <
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads)
     to_f16_rows_kernel(const float* x, int64_t ld_x, int64_t cols, __half* xh, int64_t ld_xh, float* row_scale) {
-  grid_dependents_launch();  // the linear after this conversion may start streaming its weights
+  chain_start();  // core/programmatic.cuh; the linear after it may start streaming its weights
   const int64_t r = blockIdx.x;
   const float* row = x + r * ld_x;
   float m = 0.0f;  // fmaxf drops NaN, so a NaN element does not hide the row's scale
@@ -90,8 +90,8 @@ void to_f16_rows(const float* x, int64_t ld_x, int64_t rows, int64_t cols, __hal
   if (rows == 0) return;
   const bool vec = ld_x % 4 == 0 && aligned16(x);
   const unsigned grid = static_cast<unsigned>(rows);
-  if (vec) to_f16_rows_kernel<true><<<grid, kThreads, 0, stream>>>(x, ld_x, cols, xh, ld_xh, row_scale);
-  else to_f16_rows_kernel<false><<<grid, kThreads, 0, stream>>>(x, ld_x, cols, xh, ld_xh, row_scale);
+  if (vec) launch_chained(to_f16_rows_kernel<true>, grid, kThreads, 0, stream, x, ld_x, cols, xh, ld_xh, row_scale);
+  else launch_chained(to_f16_rows_kernel<false>, grid, kThreads, 0, stream, x, ld_x, cols, xh, ld_xh, row_scale);
   FT_CUDA_CHECK_LAUNCH();
 }
 

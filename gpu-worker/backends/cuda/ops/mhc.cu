@@ -1,8 +1,8 @@
-#include "gpu-worker/backends/cuda/ops/mhc.h"
-
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
+#include "gpu-worker/backends/cuda/ops/mhc.h"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
 #include "shared/core/error.h"
 
@@ -139,6 +139,7 @@ __device__ __forceinline__ float streams_inv_rms(const float* Xt, int64_t n, flo
 // sum of squares, and a = (y·r_y)·w.
 template <int HC, bool VEC>
 __global__ void __launch_bounds__(kSiteInThreads) mhc_site_in_kernel(SiteInArgs p) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int NMIX = (2 + HC) * HC;
   extern __shared__ __align__(16) float y_s[];  // [D]; float4 chunks on the VEC path
   __shared__ double partial_x[kWorkerWarps], partial_y[kWorkerWarps];
@@ -191,6 +192,7 @@ __global__ void __launch_bounds__(kSiteInThreads) mhc_site_in_kernel(SiteInArgs 
 // it, then warp 0 runs the mixing map and Sinkhorn.
 template <int HC, bool VEC>
 __global__ void __launch_bounds__(kWorkers) mhc_site_mix_kernel(SiteInArgs p) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int NMIX = (2 + HC) * HC;
   __shared__ double partial_x[kWorkerWarps];
   const int64_t t = blockIdx.x, n = HC * p.dim;
@@ -203,6 +205,7 @@ __global__ void __launch_bounds__(kWorkers) mhc_site_mix_kernel(SiteInArgs p) {
 template <int HC, bool VEC>
 __global__ void __launch_bounds__(kSiteOutThreads)
     mhc_site_out_kernel(const float* mix, const float* o, int64_t ld_o, int64_t D, float* X) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int NMIX = (2 + HC) * HC;
   const int64_t t = blockIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kSiteOutThreads + threadIdx.x;
@@ -233,15 +236,19 @@ __global__ void __launch_bounds__(kSiteOutThreads)
 template <int HC>
 void launch_site_in(const SiteInArgs& a, int64_t n_tokens, bool vec, cudaStream_t stream) {
   const auto smem = static_cast<size_t>(a.dim) * sizeof(float);
-  if (vec) mhc_site_in_kernel<HC, true><<<static_cast<unsigned>(n_tokens), kSiteInThreads, smem, stream>>>(a);
-  else mhc_site_in_kernel<HC, false><<<static_cast<unsigned>(n_tokens), kSiteInThreads, smem, stream>>>(a);
+  if (vec)
+    launch_chained(mhc_site_in_kernel<HC, true>, static_cast<unsigned>(n_tokens), kSiteInThreads, smem, stream, a);
+  else
+    launch_chained(mhc_site_in_kernel<HC, false>, static_cast<unsigned>(n_tokens), kSiteInThreads, smem, stream, a);
   FT_CUDA_CHECK_LAUNCH();
 }
 
 template <int HC>
 void launch_site_mix(const SiteInArgs& a, int64_t n_tokens, bool vec, cudaStream_t stream) {
-  if (vec) mhc_site_mix_kernel<HC, true><<<static_cast<unsigned>(n_tokens), kWorkers, 0, stream>>>(a);
-  else mhc_site_mix_kernel<HC, false><<<static_cast<unsigned>(n_tokens), kWorkers, 0, stream>>>(a);
+  if (vec)
+    launch_chained(mhc_site_mix_kernel<HC, true>, static_cast<unsigned>(n_tokens), kWorkers, 0, stream, a);
+  else
+    launch_chained(mhc_site_mix_kernel<HC, false>, static_cast<unsigned>(n_tokens), kWorkers, 0, stream, a);
   FT_CUDA_CHECK_LAUNCH();
 }
 
@@ -250,8 +257,10 @@ void launch_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_t
                      cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n_tokens),
                   static_cast<unsigned>((D + 4 * kSiteOutThreads - 1) / (4 * kSiteOutThreads)));
-  if (vec) mhc_site_out_kernel<HC, true><<<grid, kSiteOutThreads, 0, stream>>>(mix, o, ld_o, D, X);
-  else mhc_site_out_kernel<HC, false><<<grid, kSiteOutThreads, 0, stream>>>(mix, o, ld_o, D, X);
+  if (vec)
+    launch_chained(mhc_site_out_kernel<HC, true>, grid, kSiteOutThreads, 0, stream, mix, o, ld_o, D, X);
+  else
+    launch_chained(mhc_site_out_kernel<HC, false>, grid, kSiteOutThreads, 0, stream, mix, o, ld_o, D, X);
   FT_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "shared/core/error.h"
@@ -23,6 +24,7 @@ constexpr int kDispatchWarps = kDispatchThreads / 32;
 __global__ void __launch_bounds__(kDispatchThreads)
     moe_dispatch_kernel(const int32_t* expert, int64_t picks, int n_experts, int32_t* offsets, int32_t* sorted_pick,
                         int32_t* active, int32_t* n_active) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   extern __shared__ int32_t dsm[];
   int32_t* base = dsm;
   int32_t* per_warp = dsm + n_experts;
@@ -96,6 +98,7 @@ __global__ void __launch_bounds__(kDispatchThreads)
 template <bool VEC>
 __global__ void __launch_bounds__(256) moe_combine_kernel(const float* Y, const float* weight, int64_t n, int top_k,
                                                           int64_t D, float* out, int64_t ld_out, bool accumulate) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   const int64_t d = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (d >= D) return;
   const int cnt = D - d < 4 ? static_cast<int>(D - d) : 4;
@@ -127,6 +130,7 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* Y, const 
 // pick is negative is skipped (a graph launches one CTA for every row there could be).
 __global__ void __launch_bounds__(256) moe_place_rows_kernel(const float* rows, const int32_t* pick, int64_t D,
                                                              float* Y) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   const int64_t i = blockIdx.x;
   const int32_t p = pick[i];
   if (p < 0) return;
@@ -153,8 +157,8 @@ void moe_dispatch(const MoeRoutes& r, int n_experts, const MoeDispatch& d, cudaS
   const size_t smem = dispatch_smem(n_experts);
   const void* func = reinterpret_cast<const void*>(moe_dispatch_kernel);
   lin::prepare_kernel(func, kDispatchThreads, smem);
-  moe_dispatch_kernel<<<1, kDispatchThreads, smem, stream>>>(r.expert, r.n * r.top_k, n_experts, d.offsets,
-                                                             d.sorted_pick, d.active, d.n_active);
+  launch_chained(moe_dispatch_kernel, 1, kDispatchThreads, smem, stream, r.expert, r.n * r.top_k, n_experts, d.offsets,
+                 d.sorted_pick, d.active, d.n_active);
   FT_CUDA_CHECK_LAUNCH();
 }
 
@@ -168,15 +172,16 @@ void moe_combine(const float* Y, const float* weight, int64_t n, int top_k, int6
                   static_cast<unsigned>(std::min<int64_t>(n, 65535)));
   const bool acc = store == LinearStore::Accumulate;
   if (D % 4 == 0 && aligned16(Y))
-    moe_combine_kernel<true><<<grid, 256, 0, stream>>>(Y, weight, n, top_k, D, out, ld_out, acc);
-  else moe_combine_kernel<false><<<grid, 256, 0, stream>>>(Y, weight, n, top_k, D, out, ld_out, acc);
+    launch_chained(moe_combine_kernel<true>, grid, 256, 0, stream, Y, weight, n, top_k, D, out, ld_out, acc);
+  else
+    launch_chained(moe_combine_kernel<false>, grid, 256, 0, stream, Y, weight, n, top_k, D, out, ld_out, acc);
   FT_CUDA_CHECK_LAUNCH();
 }
 
 void moe_place_rows(const float* rows, const int32_t* pick, int64_t n, int64_t D, float* Y, cudaStream_t stream) {
   if (n < 0 || D <= 0) throw Error("moe_place_rows: bad shape (n " + std::to_string(n) + ", D " + std::to_string(D) + ")");
   if (n == 0) return;
-  moe_place_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(rows, pick, D, Y);
+  launch_chained(moe_place_rows_kernel, static_cast<unsigned>(n), 256, 0, stream, rows, pick, D, Y);
   FT_CUDA_CHECK_LAUNCH();
 }
 

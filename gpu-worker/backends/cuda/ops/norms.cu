@@ -1,9 +1,9 @@
-#include "gpu-worker/backends/cuda/ops/norms.h"
-
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
+#include "gpu-worker/backends/cuda/ops/norms.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
@@ -21,6 +21,7 @@ constexpr int64_t kWarpRowMax = 1024;
 template <int TPR, bool VEC>
 __global__ void __launch_bounds__(kBlock) rms_norm_rows_kernel(const float* x, int64_t ld_x, int64_t rows, int64_t n,
                                                                const float* w, float eps, float* y, int64_t ld_y) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int ROWS = kBlock / TPR, WARPS = TPR / 32;
   __shared__ double partial[ROWS][WARPS];
   const int g = threadIdx.x / TPR, tid = threadIdx.x % TPR;
@@ -51,6 +52,7 @@ template <int TPR, bool VEC>
 __global__ void __launch_bounds__(kBlock)
     layer_norm_rows_kernel(const float* x, int64_t ld_x, int64_t rows, int64_t n, const float* w, const float* b,
                            float eps, float* y, int64_t ld_y) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int ROWS = kBlock / TPR, WARPS = TPR / 32;
   __shared__ double partial_mean[ROWS][WARPS], partial_var[ROWS][WARPS];
   const int g = threadIdx.x / TPR, tid = threadIdx.x % TPR;
@@ -102,7 +104,7 @@ template <int TPR, bool VEC, class... A>
 void launch_rms(int64_t rows, cudaStream_t stream, A... a) {
   constexpr int ROWS = kBlock / TPR;
   const auto blocks = static_cast<unsigned>((rows + ROWS - 1) / ROWS);
-  rms_norm_rows_kernel<TPR, VEC><<<blocks, kBlock, 0, stream>>>(a...);
+  launch_chained(rms_norm_rows_kernel<TPR, VEC>, blocks, kBlock, 0, stream, a...);
   FT_CUDA_CHECK_LAUNCH();
 }
 
@@ -110,7 +112,7 @@ template <int TPR, bool VEC, class... A>
 void launch_layer(int64_t rows, cudaStream_t stream, A... a) {
   constexpr int ROWS = kBlock / TPR;
   const auto blocks = static_cast<unsigned>((rows + ROWS - 1) / ROWS);
-  layer_norm_rows_kernel<TPR, VEC><<<blocks, kBlock, 0, stream>>>(a...);
+  launch_chained(layer_norm_rows_kernel<TPR, VEC>, blocks, kBlock, 0, stream, a...);
   FT_CUDA_CHECK_LAUNCH();
 }
 

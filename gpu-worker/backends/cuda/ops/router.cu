@@ -1,9 +1,9 @@
-#include "gpu-worker/backends/cuda/ops/router.h"
-
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
+#include "gpu-worker/backends/cuda/ops/router.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
@@ -35,6 +35,7 @@ __host__ __device__ constexpr int warp_floats(int E) { return 2 * E + kMaxGroups
 // order, so the butterfly merge gives every lane the same winner, and its first top_k winners
 // are exactly topk_indices' first top_k.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(RouteArgs p) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   extern __shared__ float smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -163,7 +164,7 @@ void route_tokens(const float* logits, int64_t ld_logits, int64_t n_tokens, cons
                     margin};
   const auto blocks = static_cast<unsigned>((n_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const size_t smem = sizeof(float) * kWarpsPerBlock * warp_floats(static_cast<int>(E));
-  route_kernel<<<blocks, kWarpsPerBlock * 32, smem, stream>>>(a);
+  launch_chained(route_kernel, blocks, kWarpsPerBlock * 32, smem, stream, a);
   FT_CUDA_CHECK_LAUNCH();
 }
 

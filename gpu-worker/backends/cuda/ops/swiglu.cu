@@ -1,9 +1,9 @@
-#include "gpu-worker/backends/cuda/ops/swiglu.h"
-
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
+#include "gpu-worker/backends/cuda/ops/swiglu.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
@@ -25,6 +25,7 @@ __device__ __forceinline__ float swiglu_one(float g, float u, float limit) {
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads)
     swiglu_rows_kernel(const float* gu, int64_t ld_gu, int64_t inter, float limit, float* h, int64_t ld_h) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   const int64_t r = blockIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (4 * c >= inter) return;
@@ -47,8 +48,10 @@ void swiglu_rows(const float* gu, int64_t ld_gu, int64_t rows, int64_t inter, fl
   if (rows <= 0) return;
   const bool vec = inter % 4 == 0 && ld_gu % 4 == 0 && ld_h % 4 == 0 && misc::aligned16(gu) && misc::aligned16(h);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((inter + 4 * kThreads - 1) / (4 * kThreads)));
-  if (vec) swiglu_rows_kernel<true><<<grid, kThreads, 0, stream>>>(gu, ld_gu, inter, limit, h, ld_h);
-  else swiglu_rows_kernel<false><<<grid, kThreads, 0, stream>>>(gu, ld_gu, inter, limit, h, ld_h);
+  if (vec)
+    launch_chained(swiglu_rows_kernel<true>, grid, kThreads, 0, stream, gu, ld_gu, inter, limit, h, ld_h);
+  else
+    launch_chained(swiglu_rows_kernel<false>, grid, kThreads, 0, stream, gu, ld_gu, inter, limit, h, ld_h);
   FT_CUDA_CHECK_LAUNCH();
 }
 
