@@ -1,3 +1,5 @@
+#include "gpu-worker/backends/cuda/ops/embed.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -5,7 +7,6 @@
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/core/programmatic.cuh"
-#include "gpu-worker/backends/cuda/ops/embed.h"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
 #include "shared/core/error.h"
 

@@ -1,8 +1,9 @@
+#include "gpu-worker/backends/cuda/ops/mhc.h"
+
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/core/programmatic.cuh"
-#include "gpu-worker/backends/cuda/ops/mhc.h"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
 #include "shared/core/error.h"
 

@@ -1,9 +1,10 @@
+#include "gpu-worker/backends/cuda/ops/swiglu.h"
+
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
-#include "gpu-worker/backends/cuda/ops/swiglu.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
