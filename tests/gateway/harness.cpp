@@ -299,7 +299,18 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv_in) : st_(new St
   });
 }
 
-int ChildProcess::wait_exit(int timeout_ms) { return reap_within(pid_, exit_status_, timeout_ms); }
+int ChildProcess::wait_exit(int timeout_ms) {
+  const int status = reap_within(pid_, exit_status_, timeout_ms);
+  // Reaped is not read: the reader may not have taken the child's last bytes from the pipe yet
+  // (a flake under load: a refused flag's message missing from output()). Its end of file comes
+  // once the child's side closes; a grandchild keeping the pipe open bounds the wait.
+  if (status != -1) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!st_->eof && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return status;
+}
 
 ChildProcess::~ChildProcess() {
   if (pid_ > 0 && exit_status_ < 0) {

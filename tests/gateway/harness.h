@@ -51,7 +51,8 @@ class ChildProcess {
   std::string output() const;
   bool running() const;
   pid_t pid() const { return pid_; }
-  // Waits for the process to exit and reaps it: its wait status, or -1 on timeout.
+  // Waits for the process to exit and reaps it: its wait status, or -1 on timeout. After an
+  // exit, output() holds everything it wrote.
   int wait_exit(int timeout_ms);
 
  private:
@@ -86,7 +87,8 @@ class GatewayProcess {
   std::string report() const;
   // The reports of every gateway this process runs.
   static std::string report_all();
-  // Waits for the process to exit and reaps it: its wait status, or -1 on timeout.
+  // Waits for the process to exit and reaps it: its wait status, or -1 on timeout. After an
+  // exit, output() holds everything it wrote.
   int wait_exit(int timeout_ms);
   std::string stderr_text() const;  // the last 64 KB of its stderr
 
