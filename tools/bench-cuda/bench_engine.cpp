@@ -152,6 +152,16 @@ int main(int argc, char** argv) {
       std::snprintf(line, sizeof line, "| decode B=%lld | %.3f ms/step | %.1f%% of HBM bound |", static_cast<long long>(B),
                     step, 100.0 * bound / step);
       summary.push_back(line);
+      // How many dependent launches the step is: the latency between them is what the HBM
+      // bound does not see.
+      const GraphShape gs = eng.decode_graph_shape(static_cast<int>(B));
+      if (gs.kernels > 0) {
+        std::snprintf(line, sizeof line, "| decode B=%lld graph | %lld kernels, %lld nodes, %lld edges | %.2f us per kernel |",
+                      static_cast<long long>(B), static_cast<long long>(gs.kernels), static_cast<long long>(gs.nodes),
+                      static_cast<long long>(gs.edges), step * 1e3 / static_cast<double>(gs.kernels));
+        summary.push_back(line);
+        std::printf("%s\n", line);
+      }
       if (B == batches.front() || B == batches.back()) {
         OpProfile prof;
         eng.set_profile(&prof);

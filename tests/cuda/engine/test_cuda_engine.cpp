@@ -110,6 +110,11 @@ TEST_F(CudaEngineTest, GreedyDecodeFollowsTheFixture) {
       e.close(s);
     }
     EXPECT_GT(e.graph_steps(), 0u) << "decode steps never ran from a graph";
+    // The one-row graph holds at least a kernel per layer and its launches depend on each other.
+    const GraphShape g = e.decode_graph_shape(1);
+    EXPECT_GE(g.kernels, e.config().num_hidden_layers) << name;
+    EXPECT_GE(g.nodes, g.kernels) << name;
+    EXPECT_GE(g.edges, g.kernels - 1) << name;
   }
 }
 

@@ -193,6 +193,8 @@ void CudaEngine::set_layer_probe(std::function<void(int64_t, const StepBuffers&,
   fwd_->set_layer_probe(std::move(p));
 }
 
+GraphShape CudaEngine::decode_graph_shape(int rows) const { return graphs_ ? graphs_->shape(rows, 0) : GraphShape{}; }
+
 void CudaEngine::set_profile(OpProfile* p) {
   fwd_->set_profile(p);
   profiling_ = p != nullptr;

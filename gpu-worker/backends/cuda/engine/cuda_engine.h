@@ -15,6 +15,7 @@
 
 #include "gpu-worker/backends/cuda/core/device.h"
 #include "gpu-worker/backends/cuda/core/vram.h"
+#include "gpu-worker/backends/cuda/engine/decode_graphs.h"
 #include "gpu-worker/tiers/split_model.h"
 #include "shared/engine/engine.h"
 #include "shared/engine/expert_backend.h"
@@ -106,6 +107,8 @@ class CudaEngine final : public Engine {
   uint64_t graph_steps() const { return graph_steps_; }
   bool fp32() const;  // the precision the engine runs (CudaEngineOptions::precision resolved)
   uint64_t eager_steps() const { return eager_steps_; }
+  // Nodes, kernels and edges of the decode graph of `rows` rows (plain steps; zeros until one ran).
+  GraphShape decode_graph_shape(int rows) const;
   // Tests: a callback after every layer of the following (eager) steps; see ForwardPass.
   void set_layer_probe(std::function<void(int64_t, const StepBuffers&, int64_t, cudaStream_t)> p);
   // The zero-copy expert tier (null when the experts are in VRAM or on the CPU tier).

@@ -1,10 +1,36 @@
 #include "gpu-worker/backends/cuda/engine/decode_graphs.h"
 
 #include <iostream>
+#include <vector>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 
 namespace ft::cuda {
+
+namespace {
+
+GraphShape shape_of(cudaGraph_t g) {
+  GraphShape sh;
+  size_t n = 0;
+  if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) return sh;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0 && cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) return sh;
+  sh.nodes = static_cast<int64_t>(n);
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t{};
+    if (cudaGraphNodeGetType(node, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) ++sh.kernels;
+  }
+  size_t e = 0;
+  if (cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &e) == cudaSuccess) sh.edges = static_cast<int64_t>(e);
+  return sh;
+}
+
+}  // namespace
+
+GraphShape DecodeGraphs::shape(int b, int variant) const {
+  const auto it = shapes_.find({b, variant});
+  return it == shapes_.end() ? GraphShape{} : it->second;
+}
 
 DecodeGraphs::~DecodeGraphs() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
@@ -35,6 +61,7 @@ bool DecodeGraphs::run(int b, int variant, cudaStream_t stream, const std::funct
     try {
       launches(stream);
       FT_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+      shapes_[key] = shape_of(g);
       const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
       cudaGraphDestroy(g);
       FT_CUDA_CHECK(e);

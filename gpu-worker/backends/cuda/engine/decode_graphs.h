@@ -5,6 +5,7 @@
 // serves any B sequences. The memory a graph holds is charged to the VRAM budget (Graphs).
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
@@ -13,6 +14,12 @@
 #include "gpu-worker/backends/cuda/core/vram.h"
 
 namespace ft::cuda {
+
+// What a captured step holds: its nodes, how many of them are kernels, and its dependency
+// edges (what programmatic launch acts on: the latency between dependent kernels).
+struct GraphShape {
+  int64_t nodes = 0, kernels = 0, edges = 0;
+};
 
 class DecodeGraphs {
  public:
@@ -29,10 +36,13 @@ class DecodeGraphs {
   // eagerly from then on. A failed launch of a captured graph throws.
   bool run(int b, int variant, cudaStream_t stream, const std::function<void(cudaStream_t)>& launches);
   size_t size() const { return graphs_.size(); }
+  // The shape of the (b, variant) graph once captured (zeros before).
+  GraphShape shape(int b, int variant) const;
 
  private:
   VramBudget& budget_;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  std::map<std::pair<int, int>, GraphShape> shapes_;
   std::set<std::pair<int, int>> uncapturable_;
 };
 
