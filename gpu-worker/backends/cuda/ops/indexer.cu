@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/topk.h"
 #include "shared/core/error.h"
 
@@ -25,6 +26,7 @@ __device__ __forceinline__ int64_t token_row(const SparseTables& t, int kpool, i
 __global__ void __launch_bounds__(kPoolKeyThreads)
     pool_keys_kernel(SparseCacheLayer cache, SparseCacheGeometry g, SparseTables t, const int32_t* slots,
                      const int32_t* positions, const float* ape) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   const int64_t r = blockIdx.x;
   const int64_t pos = positions[r];
   const int kp = g.kpool;
@@ -78,6 +80,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     pool_scores_kernel(IndexerShape s, const float* pool_keys, SparseTables t, const int32_t* slots,
                        const int32_t* positions, const float* qI, int64_t ld_qI, const float* omega,
                        int64_t ld_omega, float* scores, int64_t ld_scores, float inv_sqrt_dim) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int64_t r = blockIdx.y;
@@ -156,9 +159,9 @@ void launch_scores(const IndexerShape& s, const SparseCacheLayer& cache, const S
   for (int64_t o = 0; o < rows.n; o += kMaxGridY) {
     const int64_t m = std::min(kMaxGridY, rows.n - o);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(m));
-    pool_scores_kernel<kHpt><<<grid, kScoreThreads, L.bytes, stream>>>(
-        s, cache.pool_keys, t, rows.slot + o, rows.pos + o, qI + o * ld_qI, ld_qI, omega + o * ld_omega, ld_omega,
-        scores + o * ld_scores, ld_scores, inv);
+    launch_chained(pool_scores_kernel<kHpt>, grid, kScoreThreads, L.bytes, stream, s, cache.pool_keys, t, rows.slot + o,
+                   rows.pos + o, qI + o * ld_qI, ld_qI, omega + o * ld_omega, ld_omega, scores + o * ld_scores,
+                   ld_scores, inv);
     FT_CUDA_CHECK_LAUNCH();
   }
 }
@@ -170,8 +173,8 @@ void indexer_pool_keys(const SparseCacheLayer& cache, const SparseCacheGeometry&
   if (rows.n <= 0) return;
   if (!cache.has_indexer() || !cache.pool_keys) throw Error("indexer_pool_keys: layer has no indexer cache");
   if (g.kpool < 1) throw Error("indexer_pool_keys: kpool must be ≥ 1");
-  pool_keys_kernel<<<static_cast<unsigned>(rows.n), kPoolKeyThreads, 0, stream>>>(cache, g, t, rows.slot, rows.pos,
-                                                                                    ape);
+  launch_chained(pool_keys_kernel, static_cast<unsigned>(rows.n), kPoolKeyThreads, 0, stream, cache, g, t, rows.slot,
+                 rows.pos, ape);
   FT_CUDA_CHECK_LAUNCH();
 }
 

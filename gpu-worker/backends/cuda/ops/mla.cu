@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/mla.h"
 #include "shared/core/error.h"
 
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(kSimtThreads, 1)
     attend_simt_kernel(MlaAttendShape s, const T* latent, SparseTables t, const int32_t* slots,
                        const int32_t* positions, const int32_t* sel_pools, const int32_t* sel_count,
                        const float* q_abs, float* part_acc, float* part_ml, int max_splits) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   extern __shared__ float4 smem4[];
   const int64_t r = blockIdx.x;
   const int split = blockIdx.y;
@@ -176,6 +178,7 @@ constexpr int kMergeThreads = 128;
 __global__ void __launch_bounds__(kMergeThreads)
     merge_kernel(MlaAttendShape s, const int32_t* positions, const int32_t* sel_count, const float* part_acc,
                  const float* part_ml, int max_splits, float* ctx) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   const int64_t r = blockIdx.x;
   const int h = blockIdx.y;
   const int64_t Rkv = s.latent;
@@ -251,18 +254,18 @@ void mla_attend(const MlaAttendShape& s, const SparseCacheLayer& cache, const Sp
         const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(ms),
                         static_cast<unsigned>((s.heads + kSimtHeads - 1) / kSimtHeads));
         if (f32)
-          attend_simt_kernel<float><<<grid, kSimtThreads, smem, stream>>>(
-              s, cache.latent32, t, part.slot, part.pos, pools, sel_count + o, q, acc, ml, static_cast<int>(ms));
+          launch_chained(attend_simt_kernel<float>, grid, kSimtThreads, smem, stream, s, cache.latent32, t, part.slot,
+                         part.pos, pools, sel_count + o, q, acc, ml, static_cast<int>(ms));
         else
-          attend_simt_kernel<__half><<<grid, kSimtThreads, smem, stream>>>(
-              s, cache.latent, t, part.slot, part.pos, pools, sel_count + o, q, acc, ml, static_cast<int>(ms));
+          launch_chained(attend_simt_kernel<__half>, grid, kSimtThreads, smem, stream, s, cache.latent, t, part.slot,
+                         part.pos, pools, sel_count + o, q, acc, ml, static_cast<int>(ms));
         FT_CUDA_CHECK_LAUNCH();
       } else {
         detail::mla_attend_mma_partials(s, cache.latent, t, part, pools, sel_count + o, q, acc, ml, stream);
       }
     }
-    merge_kernel<<<dim3(static_cast<unsigned>(m), static_cast<unsigned>(s.heads)), kMergeThreads, 0, stream>>>(
-        s, part.pos, sel_count + o, acc, ml, static_cast<int>(ms), ctx + o * s.heads * s.latent);
+    launch_chained(merge_kernel, dim3(static_cast<unsigned>(m), static_cast<unsigned>(s.heads)), kMergeThreads, 0,
+                   stream, s, part.pos, sel_count + o, acc, ml, static_cast<int>(ms), ctx + o * s.heads * s.latent);
     FT_CUDA_CHECK_LAUNCH();
   }
 }

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/mla.h"
 #include "shared/core/error.h"
 
@@ -31,6 +32,7 @@ __global__ void __launch_bounds__(kAppendThreads)
     append_kernel(SparseCacheLayer cache, int64_t Rkv, int64_t ID, int kpool, SparseTables t, const int32_t* slots,
                   const int32_t* positions, const float* latent, int64_t ld_latent, const float* key,
                   const float* gate, int64_t ld_index) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   const int64_t r = blockIdx.x;
   const int64_t bt = static_cast<int64_t>(kPoolsPerBlock) * kpool;
   const int64_t s = positions[r];
@@ -52,8 +54,8 @@ void sparse_cache_append(const SparseCacheLayer& cache, const SparseCacheGeometr
     throw Error("sparse_cache_append: indexer cache without inputs");
   if (cache.fp32() == (cache.latent != nullptr) || (cache.fp32() && cache.key) || (!cache.fp32() && cache.key32))
     throw Error("sparse_cache_append: a cache is all fp16 or all fp32");
-  append_kernel<<<static_cast<unsigned>(rows.n), kAppendThreads, 0, stream>>>(
-      cache, g.latent, g.index_dim, g.kpool, t, rows.slot, rows.pos, latent, ld_latent, key, gate, ld_index);
+  launch_chained(append_kernel, static_cast<unsigned>(rows.n), kAppendThreads, 0, stream, cache, g.latent, g.index_dim,
+                 g.kpool, t, rows.slot, rows.pos, latent, ld_latent, key, gate, ld_index);
   FT_CUDA_CHECK_LAUNCH();
 }
 

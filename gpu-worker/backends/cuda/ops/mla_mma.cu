@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_mma.cuh"
 #include "gpu-worker/backends/cuda/ops/mla.h"
 #include "shared/core/error.h"
@@ -90,6 +91,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     attend_mma_kernel(MlaAttendShape s, const __half* latent, SparseTables t, const int32_t* slots,
                       const int32_t* positions, const int32_t* sel_pools, const int32_t* sel_count,
                       const float* q_abs, float* part_acc, float* part_ml, int max_splits) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
   const int64_t r = blockIdx.x;
@@ -305,8 +307,8 @@ void mla_attend_mma_partials(const MlaAttendShape& s, const __half* latent, cons
   FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L.bytes)));
   const dim3 grid(static_cast<unsigned>(rows.n), static_cast<unsigned>(s.max_splits()),
                   static_cast<unsigned>((s.heads + kHeads - 1) / kHeads));
-  kernel<<<grid, kThreads, L.bytes, stream>>>(s, latent, t, rows.slot, rows.pos, sel_pools, sel_count, q_abs, part_acc,
-                                              part_ml, static_cast<int>(s.max_splits()));
+  launch_chained(kernel, grid, kThreads, L.bytes, stream, s, latent, t, rows.slot, rows.pos, sel_pools, sel_count,
+                 q_abs, part_acc, part_ml, static_cast<int>(s.max_splits()));
   FT_CUDA_CHECK_LAUNCH();
 }
 

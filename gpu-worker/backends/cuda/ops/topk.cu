@@ -6,6 +6,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
@@ -29,6 +30,7 @@ __device__ __forceinline__ uint32_t order_key(float x) {
 __global__ void __launch_bounds__(kTopkThreads)
     topk_pool_ids_kernel(const float* scores, int64_t ld, const int32_t* pos, int kpool, int k, int32_t* ids,
                          int32_t* count) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
   using Scan = cub::BlockScan<int, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ uint32_t hist[256];
@@ -115,8 +117,8 @@ void topk_pool_ids(const float* scores, int64_t ld, const int32_t* pos, int64_t 
   if (rows <= 0) return;
   if (kpool < 1 || k < 0 || k > (1 << 30)) throw Error("topk_pool_ids: bad kpool or k");
   if (rows > 0x7fffffffLL) throw Error("topk_pool_ids: too many rows");
-  topk_pool_ids_kernel<<<static_cast<unsigned>(rows), kTopkThreads, 0, stream>>>(scores, ld, pos, kpool,
-                                                                                  static_cast<int>(k), ids, count);
+  launch_chained(topk_pool_ids_kernel, static_cast<unsigned>(rows), kTopkThreads, 0, stream, scores, ld, pos, kpool,
+                 static_cast<int>(k), ids, count);
   FT_CUDA_CHECK_LAUNCH();
 }
 
