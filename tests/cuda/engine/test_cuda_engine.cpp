@@ -257,50 +257,61 @@ TEST_P(CudaEnginePrecision, PoisonedMemoryGivesTheFreshEngineBits) {
   }
 }
 
+// Logits of two sequences (fixture cases 0 and 1 of `model`) over their prompts and twelve
+// batched decode steps, concatenated, from an engine with options `o` (eager: logits come back
+// only from eager steps). What the bit-for-bit comparisons of engine variants below compare.
+std::vector<float> two_sequence_logits(const char* model, const CudaEngineOptions& o) {
+  CudaEngine e(weights(model), nullptr, o);
+  const int64_t V = e.config().vocab_size;
+  SequenceSpec spec;
+  spec.sampling.temperature = 0;
+  spec.max_tokens = 200;
+  const uint64_t s0 = e.open(spec), s1 = e.open(spec);
+  const FixtureCase c0 = fixture_case(model, 0), c1 = fixture_case(model, 1);
+  std::vector<StepItem> items(2);
+  items[0].seq = s0, items[0].tokens = c0.input;
+  items[1].seq = s1, items[1].tokens = c1.input;
+  for (StepItem& it : items) it.sample = true, it.logits = LogitsWanted::Last;
+  std::vector<StepResult> r;
+  e.step(items, r);
+  std::vector<float> got;
+  std::vector<int32_t> next(2);
+  for (int k = 0; k < 12; ++k) {
+    for (size_t i = 0; i < 2; ++i) {
+      if (static_cast<int64_t>(r[i].logits.size()) != V) {
+        ADD_FAILURE() << model << ": " << r[i].logits.size() << " logits, vocab " << V;
+        return {};
+      }
+      got.insert(got.end(), r[i].logits.begin(), r[i].logits.end());
+      next[i] = r[i].token;
+      items[i].tokens = std::span<const int32_t>(&next[i], 1);
+      items[i].prompt = false;
+    }
+    e.step(items, r);
+  }
+  e.close(s0);
+  e.close(s1);
+  return got;
+}
+
+// `got` equals `want` bit for bit (rows of the model's vocabulary).
+void expect_same_logits(const char* model, const std::vector<float>& want, const std::vector<float>& got) {
+  ASSERT_EQ(want.size(), got.size()) << model;
+  EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
+      << model << ": " << test::where_they_part(want, got, static_cast<size_t>(weights(model).cfg.vocab_size));
+}
+
 // The side stream (engine/side_stream.h: the shared expert beside the routed ones, KDA's gate
 // projections beside its convolution) only reorders launches: two sequences' prompts and twelve
 // batched decode steps give the one-stream engine's logits bit for bit.
 TEST_P(CudaEnginePrecision, SideBranchesGiveTheOneStreamBits) {
   for (const char* model : {"glm5-tiny-chat", "glm5-variants/glm5-var-group-softplus", "glm5-tiny-exl3"}) {
-    std::vector<float> want;
-    for (bool branches : {false, true}) {
-      CudaEngineOptions o = small_options(2, GetParam());
-      o.graphs = false;  // logits come back only from eager steps (graphs: GraphReplayGivesTheEagerTokens)
-      o.branches = branches;
-      CudaEngine e(weights(model), nullptr, o);
-      const int64_t V = e.config().vocab_size;
-      SequenceSpec spec;
-      spec.sampling.temperature = 0;
-      spec.max_tokens = 200;
-      const uint64_t s0 = e.open(spec), s1 = e.open(spec);
-      const FixtureCase c0 = fixture_case(model, 0), c1 = fixture_case(model, 1);
-      std::vector<StepItem> items(2);
-      items[0].seq = s0, items[0].tokens = c0.input;
-      items[1].seq = s1, items[1].tokens = c1.input;
-      for (StepItem& it : items) it.sample = true, it.logits = LogitsWanted::Last;
-      std::vector<StepResult> r;
-      e.step(items, r);
-      std::vector<float> got;
-      std::vector<int32_t> next(2);
-      for (int k = 0; k < 12; ++k) {
-        for (size_t i = 0; i < 2; ++i) {
-          ASSERT_EQ(static_cast<int64_t>(r[i].logits.size()), V) << model;
-          got.insert(got.end(), r[i].logits.begin(), r[i].logits.end());
-          next[i] = r[i].token;
-          items[i].tokens = std::span<const int32_t>(&next[i], 1);
-          items[i].prompt = false;
-        }
-        e.step(items, r);
-      }
-      e.close(s0);
-      e.close(s1);
-      if (!branches) want = got;
-      else {
-        ASSERT_EQ(want.size(), got.size()) << model;
-        EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
-            << model << ": " << test::where_they_part(want, got, static_cast<size_t>(V));
-      }
-    }
+    CudaEngineOptions o = small_options(2, GetParam());
+    o.graphs = false;
+    o.branches = false;
+    const std::vector<float> want = two_sequence_logits(model, o);
+    o.branches = true;
+    expect_same_logits(model, want, two_sequence_logits(model, o));
   }
 }
 
@@ -310,46 +321,14 @@ TEST_P(CudaEnginePrecision, SideBranchesGiveTheOneStreamBits) {
 // without programmatic launch both runs are plain.
 TEST_P(CudaEnginePrecision, ChainedLaunchesGiveThePlainBits) {
   for (const char* model : {"glm5-tiny-chat", "glm5-variants/glm5-var-group-softplus", "glm5-tiny-exl3"}) {
-    std::vector<float> want;
-    for (bool chained : {false, true}) {
-      set_chain_programmatic(chained ? 2 : 0);
-      CudaEngineOptions o = small_options(2, GetParam());
-      o.graphs = false;  // logits come back only from eager steps (graphs: GraphReplayGivesTheEagerTokens)
-      CudaEngine e(weights(model), nullptr, o);
-      const int64_t V = e.config().vocab_size;
-      SequenceSpec spec;
-      spec.sampling.temperature = 0;
-      spec.max_tokens = 200;
-      const uint64_t s0 = e.open(spec), s1 = e.open(spec);
-      const FixtureCase c0 = fixture_case(model, 0), c1 = fixture_case(model, 1);
-      std::vector<StepItem> items(2);
-      items[0].seq = s0, items[0].tokens = c0.input;
-      items[1].seq = s1, items[1].tokens = c1.input;
-      for (StepItem& it : items) it.sample = true, it.logits = LogitsWanted::Last;
-      std::vector<StepResult> r;
-      e.step(items, r);
-      std::vector<float> got;
-      std::vector<int32_t> next(2);
-      for (int k = 0; k < 12; ++k) {
-        for (size_t i = 0; i < 2; ++i) {
-          ASSERT_EQ(static_cast<int64_t>(r[i].logits.size()), V) << model;
-          got.insert(got.end(), r[i].logits.begin(), r[i].logits.end());
-          next[i] = r[i].token;
-          items[i].tokens = std::span<const int32_t>(&next[i], 1);
-          items[i].prompt = false;
-        }
-        e.step(items, r);
-      }
-      e.close(s0);
-      e.close(s1);
-      set_chain_programmatic(1);
-      if (!chained) want = got;
-      else {
-        ASSERT_EQ(want.size(), got.size()) << model;
-        EXPECT_EQ(test::bit_mismatches(want.data(), got.data(), want.size()), 0u)
-            << model << ": " << test::where_they_part(want, got, static_cast<size_t>(V));
-      }
-    }
+    CudaEngineOptions o = small_options(2, GetParam());
+    o.graphs = false;
+    set_chain_programmatic(0);
+    const std::vector<float> want = two_sequence_logits(model, o);
+    set_chain_programmatic(2);
+    const std::vector<float> got = two_sequence_logits(model, o);
+    set_chain_programmatic(1);
+    expect_same_logits(model, want, got);
   }
 }
 

@@ -49,12 +49,12 @@ __device__ __forceinline__ void chain_start() {
   grid_dependents_launch();
 }
 
-// A per-step kernel (one that begins with chain_start()): started early where
-// chain_programmatic() says so, plainly otherwise.
+// Launches `kernel`, to start early when `early` (it must then wait — grid_dependency_wait or
+// chain_start — before touching anything the kernel ahead writes), plainly otherwise.
 template <class... KernelArgs, class... Args>
-void launch_chained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                    Args&&... args) {
-  if (chain_programmatic()) {
+void launch_maybe_early(bool early, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t stream, Args&&... args) {
+  if (early) {
     cudaLaunchAttribute attr{};
     const cudaLaunchConfig_t cfg = programmatic_config(grid, block, smem, stream, &attr);
     FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
@@ -62,6 +62,14 @@ void launch_chained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t
   }
   kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
   FT_CUDA_CHECK_LAUNCH();
+}
+
+// A per-step kernel (one that begins with chain_start()): started early where
+// chain_programmatic() says so, plainly otherwise.
+template <class... KernelArgs, class... Args>
+void launch_chained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                    Args&&... args) {
+  launch_maybe_early(chain_programmatic(), kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace ft::cuda

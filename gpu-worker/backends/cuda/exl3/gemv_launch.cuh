@@ -9,17 +9,10 @@ namespace ft::cuda::exl3dev {
 template <int K, int CB, int NGMAX, bool SPLIT>
 void launch_gemv_one(const GemvLaunch& l, const LinearArgs& a, cudaStream_t stream) {
   constexpr size_t smem = gemv_smem_bytes<K, NGMAX>();
-  if (l.programmatic) {
-    // Starts once the kernel before it lets it (griddepcontrol.launch_dependents, or its end);
-    // WarpPair::run waits for that kernel's results before reading activations.
-    cudaLaunchAttribute attr{};
-    const cudaLaunchConfig_t cfg =
-        programmatic_config(dim3(static_cast<unsigned>(l.grid)), dim3(kWarps * 32), smem, stream, &attr);
-    FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, exl3_gemv_kernel<K, CB, NGMAX, SPLIT>, a));
-    return;
-  }
-  exl3_gemv_kernel<K, CB, NGMAX, SPLIT><<<l.grid, kWarps * 32, smem, stream>>>(a);
-  FT_CUDA_CHECK_LAUNCH();
+  // Programmatic: starts once the kernel before it lets it (griddepcontrol.launch_dependents, or
+  // its end); WarpPair::run waits for that kernel's results before reading activations.
+  launch_maybe_early(l.programmatic, exl3_gemv_kernel<K, CB, NGMAX, SPLIT>, dim3(static_cast<unsigned>(l.grid)),
+                     dim3(kWarps * 32), smem, stream, a);
 }
 
 template <int K, int CB>

@@ -4,7 +4,7 @@
 
 #include <atomic>
 
-#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/device_attribute.h"
 #include "gpu-worker/backends/cuda/core/env_policy.h"
 
 namespace ft::cuda::exl3dev {
@@ -17,22 +17,6 @@ std::atomic<int> g_programmatic{policy_from_env("FLASHTIER_EXL3_PDL")};  // an E
 
 std::atomic<int> g_wide{policy_from_env("FLASHTIER_EXL3_WIDE")};  // an Exl3Wide value
 std::atomic<uint64_t> g_wide_launches{0};
-
-// `Attr` of the current device, queried once per device (attributes are never 0 here).
-template <cudaDeviceAttr Attr>
-int current_device_attribute() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];
-  int dev = 0;
-  FT_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) dev = 0;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    FT_CUDA_CHECK(cudaDeviceGetAttribute(&v, Attr, dev));
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
 
 }  // namespace
 

@@ -74,7 +74,8 @@ struct DenseProblem {
 template <class Cfg>
 int64_t skinny_rounds(const DenseProblem& pr, int64_t batch, int wk) {
   const int wn = lin::kSkinnyWarps / wk;
-  const int64_t items = (pr.out + lin::skinny_block_n<Cfg, false>(wn) - 1) / lin::skinny_block_n<Cfg, false>(wn) * batch;
+  const int block_n = lin::skinny_block_n<Cfg, false>(wn);
+  const int64_t items = (pr.out + block_n - 1) / block_n * batch;
   auto kernel = lin::linear_skinny_kernel<Cfg, DenseProblem>;
   const int per_sm = lin::prepare_kernel(reinterpret_cast<const void*>(kernel), lin::kSkinnyThreads,
                                          lin::skinny_smem_bytes<Cfg>(pr.k.chunks, wn));
@@ -93,17 +94,9 @@ void launch_skinny(DenseProblem pr, int64_t batch, int wk, cudaStream_t stream) 
   const size_t smem = lin::skinny_smem_bytes<Cfg>(pr.k.chunks, wn);
   auto kernel = lin::linear_skinny_kernel<Cfg, DenseProblem>;
   lin::prepare_kernel(reinterpret_cast<const void*>(kernel), lin::kSkinnyThreads, smem);
-  const int64_t grid = pr.items;
   pr.programmatic = lin::linear_programmatic(pr.rows);
-  if (pr.programmatic) {
-    cudaLaunchAttribute attr{};
-    const cudaLaunchConfig_t cfg =
-        programmatic_config(dim3(static_cast<unsigned>(grid)), dim3(lin::kSkinnyThreads), smem, stream, &attr);
-    FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, pr, wk));
-    return;
-  }
-  kernel<<<static_cast<unsigned>(grid), lin::kSkinnyThreads, smem, stream>>>(pr, wk);
-  FT_CUDA_CHECK_LAUNCH();
+  launch_maybe_early(pr.programmatic, kernel, static_cast<unsigned>(pr.items), lin::kSkinnyThreads, smem, stream, pr,
+                     wk);
 }
 
 template <class Cfg>
