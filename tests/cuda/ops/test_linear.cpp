@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gpu-worker/backends/cuda/ops/linear.h"
+#include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
 #include "shared/core/half.h"
 #include "shared/ops/linear.h"
@@ -401,6 +403,67 @@ TEST_F(GpuLinearF16, ProgrammaticLaunchGivesTheSameBits) {
         << out << " outputs, rows " << rows;
   }
   cudaStreamDestroy(st);
+}
+
+// The wgmma form of the tiled kernel (sm_90; elsewhere both runs take mma.sync): the same bits as
+// the mma.sync kernel for calls whose grids fill the GPU — K not a multiple of a stage (a short
+// last chunk), outputs not a multiple of the 128-wide tile, rows not a multiple of 128, bias and
+// Accumulate, per-head groups — and against the double reference on the fp16 operands.
+TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
+  struct Shape {
+    int64_t out, in, rows;
+  };
+  const bool wgmma = lin::linear_wgmma();
+  std::printf("wgmma on this device: %s\n", wgmma ? "yes" : "no (both runs use mma.sync)");
+  for (const Shape s : {Shape{4096, 4096, 300}, Shape{1000, 4040, 4100}, Shape{4096, 12288, 257},
+                        Shape{2048, 520, 8192}, Shape{300, 2048, 8192}}) {
+    const std::vector<float> W = test::lin::fast_uniform(s.out * s.in, s.out + 7 * s.in, 0.05f, true);
+    const std::vector<float> bias = randn(s.out, 5);
+    const DeviceWeight w = upload_weight(W, s.out, s.in, &bias);
+    const std::vector<float> X = test::lin::fast_uniform(s.rows * s.in, s.rows + 3, 2.0f, false);
+    const DeviceRows d = stage_rows(X, s.rows, s.in);
+    const int64_t ld_y = s.out + 3;
+    const std::vector<float> y0 = randn(s.rows * ld_y, 17);
+    auto run = [&](int policy, LinearStore store) {
+      lin::set_linear_wgmma(policy);
+      DevBuf<float> y(y0);
+      linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), ld_y, nullptr, store);
+      lin::set_linear_wgmma(1);
+      return y.download();
+    };
+    const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + ", rows " + std::to_string(s.rows);
+    for (const LinearStore store : {LinearStore::Overwrite, LinearStore::Accumulate}) {
+      const std::vector<float> mma = run(0, store), wg = run(1, store);
+      EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what;
+      if (store == LinearStore::Overwrite) {
+        const std::vector<int64_t> rs = sample(s.rows, 40, 127), cs = sample(s.out, 100, 37);
+        const auto want = reference_f16(w.host, d.xh.download(), d.ld, d.rs.download(), rs, cs, &bias);
+        const auto c = compare(wg, ld_y, rs, cs, want);
+        EXPECT_LE(c.rel, 1e-5) << what << " vs fp16-operand double reference; worst " << c.worst;
+      }
+    }
+  }
+  // Per-head groups (MLA's absorption at prefill): 8 groups × 512 × 128 over 4096 rows.
+  {
+    const int64_t batch = 8, out = 512, in = 128, rows = 4096, ld = pad8(in);
+    const std::vector<float> W = test::lin::fast_uniform(batch * out * in, 3, 0.1f, true);
+    const DeviceWeight all = upload_weight(W, batch * out, in);
+    LinearF16 L = all.L;
+    L.out = out;
+    L.k_chunk = linear_k_chunk(in, out);
+    const std::vector<float> X = test::lin::fast_uniform(batch * rows * in, 4, 2.0f, false);
+    const DeviceRows d = stage_rows(X, batch * rows, in);
+    auto run = [&](int policy) {
+      lin::set_linear_wgmma(policy);
+      DevBuf<float> y(static_cast<size_t>(batch * rows * out));
+      linear_f16_batched(L, batch, out * ld, d.h(), ld, rows * ld, d.rs.get(), rows, rows, y.get(), out, rows * out,
+                         nullptr);
+      lin::set_linear_wgmma(1);
+      return y.download();
+    };
+    const std::vector<float> mma = run(0), wg = run(1);
+    EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "batched groups";
+  }
 }
 
 // ---- linear_f32 ------------------------------------------------------------------------------

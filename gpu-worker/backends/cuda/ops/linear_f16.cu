@@ -1,6 +1,6 @@
 // linear_f16 / linear_f16_batched (ops/linear.h): the dense problem (rows of xh against one
 // weight, optionally per batch group) on the skinny kernel for ≤ 32 rows and the tiled kernel
-// above. Both kernels obey the reduction contract, so the choice (a function of the row count
+// above (its wgmma form on sm_90 where grids fill the GPU). Both kernels obey the reduction contract, so the choice (a function of the row count
 // and the grid size) never changes a bit.
 #include <cuda_fp16.h>
 
@@ -11,64 +11,14 @@
 #include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear.h"
+#include "gpu-worker/backends/cuda/ops/linear_f16_dense.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
 namespace {
-
-using lin::KGeom;
-using lin::LinItem;
-
-// Rows r of group g: xh + g·x_stride + r·ld_xh against W + g·w_stride, into y + g·y_stride + r·ld_y.
-struct DenseProblem {
-  static constexpr bool kSwiglu = false;
-  KGeom k;
-  int64_t out = 0;
-  const __half* w = nullptr;
-  int64_t w_stride = 0;
-  float ws = 1.0f;
-  const float* bias = nullptr;
-  const __half* xh = nullptr;
-  int64_t ld_xh = 0, x_stride = 0;
-  const float* rs = nullptr;
-  int64_t rs_stride = 0;
-  float* y = nullptr;
-  int64_t ld_y = 0, y_stride = 0;
-  bool accumulate = false;
-  bool programmatic = false;  // launched to start early (linear_f16_skinny.cuh, starts_early)
-  int64_t rows = 0;
-  int rows_per_item = 0, block_n = 0;
-  int64_t n_blocks = 0, m_tiles = 0, items = 0;
-
-  __device__ int64_t n_items() const { return items; }
-  // Items run output block fastest: neighbouring blocks share the rows (L2-resident) and
-  // stream different weights.
-  __device__ bool load_item(int64_t idx, LinItem& it) const {
-    const int64_t nb = idx % n_blocks, rest = idx / n_blocks;
-    const int64_t mt = rest % m_tiles, g = rest / m_tiles;
-    it.n0 = nb * block_n;
-    it.base = mt * rows_per_item;
-    it.g = g;
-    const int64_t left = rows - it.base;
-    it.rows = left < rows_per_item ? static_cast<int>(left) : rows_per_item;
-    it.w0 = w + g * w_stride;
-    it.ws0 = ws;
-    it.bias0 = bias;
-    return true;
-  }
-  __device__ int32_t row_id(const LinItem& it, int i) const { return static_cast<int32_t>(it.base + i); }
-  __device__ const __half* a_row(const LinItem& it, int32_t id) const { return xh + it.g * x_stride + id * ld_xh; }
-  __device__ float a_scale(const LinItem& it, int32_t id) const { return rs[it.g * rs_stride + id]; }
-  __device__ const __half* w_row(const LinItem& it, int, int64_t n) const {
-    return n < out ? it.w0 + n * k.in8 : nullptr;
-  }
-  __device__ void store(const LinItem& it, int32_t id, int64_t n, float acc, float row_scale) const {
-    lin::store_value(y + it.g * y_stride + id * ld_y + n, lin::linear_value(acc, row_scale, it.ws0, it.bias0, n),
-                     accumulate);
-  }
-};
 
 // Rounds of resident blocks a skinny launch of this configuration takes.
 template <class Cfg>
@@ -101,11 +51,7 @@ void launch_skinny(DenseProblem pr, int64_t batch, int wk, cudaStream_t stream) 
 
 template <class Cfg>
 void launch_tiled(DenseProblem pr, int64_t batch, cudaStream_t stream) {
-  pr.rows_per_item = Cfg::BM;
-  pr.block_n = lin::tiled_block_n<Cfg, false>();
-  pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
-  pr.m_tiles = (pr.rows + Cfg::BM - 1) / Cfg::BM;
-  pr.items = pr.n_blocks * pr.m_tiles * batch;
+  pr.set_tiles(Cfg::BM, lin::tiled_block_n<Cfg, false>(), batch);
   if (pr.items > 0x7fffffff) throw Error("linear_f16: too many tiles (" + std::to_string(pr.items) + ")");
   auto kernel = lin::linear_tiled_kernel<Cfg, DenseProblem>;
   lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
@@ -167,6 +113,7 @@ void run_dense(const LinearF16& L, int64_t batch, int64_t w_stride, const __half
   const lin::DeviceLimits& dev = lin::current_device_limits();
   const int64_t large_tiles = (rows + 127) / 128 * ((L.out + 127) / 128) * batch;
   if (large_tiles < dev.sm_count) launch_tiled<lin::TiledMedium>(pr, batch, stream);
+  else if (lin::linear_wgmma()) launch_dense_wgmma(pr, batch, stream);
   else if (dev.smem_optin >= lin::TiledLarge4::kSmemBytes) launch_tiled<lin::TiledLarge4>(pr, batch, stream);
   else launch_tiled<lin::TiledLarge3>(pr, batch, stream);
 }

@@ -7,14 +7,14 @@
 // its warps, so a row gets the same bits from either kernel.
 //
 // Items come from a Problem as in the skinny kernel (grid-stride; dense calls one block per
-// item). SwiGLU problems interleave gate and up tiles in B (n8-tile 2p gate, 2p+1 up for the
-// same h columns), so each thread holds both values of its outputs for the epilogue.
+// item). Stage copies: linear_stage_loads.cuh (SwiGLU gate/up interleaved per warp column block).
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "gpu-worker/backends/cuda/ops/linear_contract.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_mma.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_stage_loads.cuh"
 
 namespace ft::cuda::lin {
 
@@ -24,11 +24,10 @@ struct TiledCfg {
   static constexpr int kThreads = 32 * WM * WN;
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;
   static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;
-  static constexpr int kAUnits = BM * 8 / kThreads, kBUnits = BN * 8 / kThreads;
-  static constexpr int kStageBytes = (BM + BN) * kRowBytes;
+  using Loads = StageLoads<BM, BN, kThreads, kWarpN>;
+  static constexpr int kStageBytes = Loads::kStageBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes;
   static_assert(MI * 16 == kWarpM && NI * 8 == kWarpN && NI % 2 == 0, "warp tile");
-  static_assert(kAUnits * kThreads == BM * 8 && kBUnits * kThreads == BN * 8, "copy split");
 };
 
 template <class Cfg, bool SWIGLU>
@@ -39,7 +38,6 @@ __host__ __device__ constexpr int tiled_block_n() {
 template <class Cfg, class P>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_tiled_kernel(const P p) {
   constexpr int BM = Cfg::BM, STAGES = Cfg::STAGES, MI = Cfg::MI, NI = Cfg::NI;
-  constexpr int NTHR = Cfg::kThreads;
   constexpr bool SWIGLU = P::kSwiglu;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int32_t s_id[BM];
@@ -57,56 +55,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_tiled_kernel(const P 
   for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
     LinItem it;
     if (!p.load_item(idx, it)) continue;  // uniform over the block
-    for (int i = tid; i < it.rows; i += NTHR) {
-      const int32_t id = p.row_id(it, i);
-      s_id[i] = id;
-      s_scale[i] = p.a_scale(it, id);
-    }
+    Cfg::Loads::fill_rows(p, it, s_id, s_scale, tid);
     __syncthreads();
 
-    // Copy sources: unit e = tid + NTHR·m is row e / 8, 16-byte unit e % 8 (= tid % 8).
-    const int u = tid & 7;
-    const __half* asrc[Cfg::kAUnits];
-    bool aok[Cfg::kAUnits];
-#pragma unroll
-    for (int m = 0; m < Cfg::kAUnits; ++m) {
-      const int row = (tid + NTHR * m) >> 3;
-      aok[m] = row < it.rows;
-      asrc[m] = (aok[m] ? p.a_row(it, s_id[row]) : it.w0) + 8 * u;
-    }
-    const __half* bsrc[Cfg::kBUnits];
-    bool bok[Cfg::kBUnits];
-#pragma unroll
-    for (int m = 0; m < Cfg::kBUnits; ++m) {
-      const int b = (tid + NTHR * m) >> 3;
-      const __half* row;
-      if constexpr (SWIGLU) {
-        const int bw = b / Cfg::kWarpN, within = b % Cfg::kWarpN, ni = within >> 3, j = within & 7;
-        row = p.w_row(it, ni & 1, it.n0 + bw * (NI / 2) * 8 + (ni >> 1) * 8 + j);
-      } else {
-        row = p.w_row(it, 0, it.n0 + b);
-      }
-      bok[m] = row != nullptr;
-      bsrc[m] = (row ? row : it.w0) + 8 * u;
-    }
-
+    typename Cfg::Loads loads;
+    loads.init(p, it, s_id, tid);
     auto load_stage = [&](int s) {
-      const uint32_t sa = sbase + static_cast<uint32_t>((s % STAGES) * Cfg::kStageBytes);
-      const uint32_t sb = sa + BM * kRowBytes;
-      const int64_t kb = static_cast<int64_t>(kStageK) * s;
-      const bool kok = kb + 8 * u < kg.in8;
-#pragma unroll
-      for (int m = 0; m < Cfg::kAUnits; ++m) {
-        const int row = (tid + NTHR * m) >> 3;
-        const bool ok = aok[m] && kok;
-        cp_async_ca16(sa + tile_offset(row, u), ok ? asrc[m] + kb : asrc[m], ok);
-      }
-#pragma unroll
-      for (int m = 0; m < Cfg::kBUnits; ++m) {
-        const int b = (tid + NTHR * m) >> 3;
-        const bool ok = bok[m] && kok;
-        cp_async_cg16(sb + tile_offset(b, u), ok ? bsrc[m] + kb : bsrc[m], ok, policy);
-      }
+      loads.load(sbase + static_cast<uint32_t>((s % STAGES) * Cfg::kStageBytes), s, kg, tid, policy);
     };
 
     float chain[MI][NI][4], total[MI][NI][4];

@@ -19,20 +19,14 @@
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
+#include "gpu-worker/backends/cuda/ops/moe_dense_problems.cuh"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
 namespace {
-
-using lin::KGeom;
-using lin::LinItem;
-
-// A tile: rows [start, start + rows) of the dispatch's sorted_pick, all of one expert.
-struct MoeTile {
-  int32_t expert, start, rows;
-};
 
 constexpr int kTileThreads = 1024;
 
@@ -60,89 +54,6 @@ __global__ void __launch_bounds__(kTileThreads)
   }
   if (threadIdx.x == 0) *n_tiles = carry;
 }
-
-// Items of both grouped problems: tile-major, output block fastest (a tile's rows stay in L1/L2
-// while its expert's weights stream).
-struct GroupedBase {
-  KGeom k;
-  int64_t out = 0;
-  const DenseExpert* experts = nullptr;
-  const MoeTile* tiles = nullptr;
-  const int32_t* n_tiles = nullptr;
-  int64_t n_blocks = 0;
-  int block_n = 0;
-  const int32_t* sorted_pick = nullptr;
-
-  __device__ int64_t n_items() const { return static_cast<int64_t>(*n_tiles) * n_blocks; }
-  __device__ bool load_tile(int64_t idx, LinItem& it) const {
-    const MoeTile t = tiles[idx / n_blocks];
-    it.n0 = (idx % n_blocks) * block_n;
-    it.g = t.expert;
-    it.base = t.start;
-    it.rows = t.rows;
-    return t.rows > 0;
-  }
-  __device__ int32_t row_id(const LinItem& it, int i) const { return sorted_pick[it.base + i]; }
-  __device__ const __half* w_row(const LinItem& it, int which, int64_t n) const {
-    return n < out ? (which ? it.w1 : it.w0) + n * k.in8 : nullptr;
-  }
-};
-
-// Step 3: rows are tokens (pick p reads x row p / top_k), outputs h[p][i].
-struct GateUpProblem : GroupedBase {
-  static constexpr bool kSwiglu = true;
-  int top_k = 1;
-  const __half* xh = nullptr;
-  int64_t ld_xh = 0;
-  const float* xs = nullptr;
-  float* h = nullptr;
-  int64_t ld_h = 0;
-  float limit = 0.0f;
-
-  __device__ bool load_item(int64_t idx, LinItem& it) const {
-    if (!load_tile(idx, it)) return false;
-    const DenseExpert& e = experts[it.g];
-    it.w0 = e.gate.w;
-    it.w1 = e.up.w;
-    it.ws0 = e.gate.w_scale;
-    it.ws1 = e.up.w_scale;
-    it.bias0 = e.gate.bias;
-    it.bias1 = e.up.bias;
-    return true;
-  }
-  __device__ const __half* a_row(const LinItem&, int32_t pick) const { return xh + (pick / top_k) * ld_xh; }
-  __device__ float a_scale(const LinItem&, int32_t pick) const { return xs[pick / top_k]; }
-  __device__ void store_swiglu(const LinItem& it, int32_t pick, int64_t i, float acc_g, float acc_u,
-                               float row_scale) const {
-    const float g = lin::linear_value(acc_g, row_scale, it.ws0, it.bias0, i);
-    const float u = lin::linear_value(acc_u, row_scale, it.ws1, it.bias1, i);
-    h[pick * ld_h + i] = lin::swiglu_value(g, u, limit);
-  }
-};
-
-// Step 5: rows are picks, outputs Y[p][d].
-struct DownProblem : GroupedBase {
-  static constexpr bool kSwiglu = false;
-  const __half* hh = nullptr;
-  int64_t ld_hh = 0;
-  const float* hs = nullptr;
-  float* y = nullptr;
-  int64_t ld_y = 0;
-
-  __device__ bool load_item(int64_t idx, LinItem& it) const {
-    if (!load_tile(idx, it)) return false;
-    const DenseExpert& e = experts[it.g];
-    it.w0 = e.down.w;
-    it.ws0 = e.down.w_scale;
-    it.bias0 = e.down.bias;
-    return true;
-  }
-  __device__ const __half* a_row(const LinItem&, int32_t pick) const { return hh + pick * ld_hh; }
-  __device__ float a_scale(const LinItem&, int32_t pick) const { return hs[pick]; }
-  __device__ void store(const LinItem& it, int32_t pick, int64_t n, float acc, float row_scale) const {
-    y[pick * ld_y + n] = lin::linear_value(acc, row_scale, it.ws0, it.bias0, n);
-  }
-};
 
 // Workspace carve-up for n tokens (offsets grow with n, so a buffer sized for max_n fits).
 struct Scratch {
@@ -234,6 +145,7 @@ void launch_grouped(Family f, const Pr& pr, int64_t tiles_bound, cudaStream_t st
     case Family::Skinny32: return launch_grouped_skinny<lin::SkinnyRows32>(pr, tiles_bound, stream);
     case Family::TiledMedium: return launch_grouped_tiled<lin::TiledMedium>(pr, tiles_bound, stream);
     case Family::TiledLarge:
+      if (lin::linear_wgmma()) return launch_grouped_wgmma(pr, tiles_bound, stream);
       if (lin::current_device_limits().smem_optin >= lin::TiledLarge4::kSmemBytes)
         return launch_grouped_tiled<lin::TiledLarge4>(pr, tiles_bound, stream);
       return launch_grouped_tiled<lin::TiledLarge3>(pr, tiles_bound, stream);

@@ -1,0 +1,71 @@
+#pragma once
+// The dense problem of linear_f16 / linear_f16_batched as the linear kernels see it (items,
+// rows, weights, epilogue). Shared by the launcher (linear_f16.cu) and the sm_90a wgmma
+// instantiation (linear_f16_wgmma.cu), so both kernels read one definition.
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "gpu-worker/backends/cuda/ops/linear_contract.cuh"
+
+namespace ft::cuda {
+
+// Rows r of group g: xh + g·x_stride + r·ld_xh against W + g·w_stride, into y + g·y_stride + r·ld_y.
+struct DenseProblem {
+  static constexpr bool kSwiglu = false;
+  lin::KGeom k;
+  int64_t out = 0;
+  const __half* w = nullptr;
+  int64_t w_stride = 0;
+  float ws = 1.0f;
+  const float* bias = nullptr;
+  const __half* xh = nullptr;
+  int64_t ld_xh = 0, x_stride = 0;
+  const float* rs = nullptr;
+  int64_t rs_stride = 0;
+  float* y = nullptr;
+  int64_t ld_y = 0, y_stride = 0;
+  bool accumulate = false;
+  bool programmatic = false;  // launched to start early (linear_f16_skinny.cuh, starts_early)
+  int64_t rows = 0;
+  int rows_per_item = 0, block_n = 0;
+  int64_t n_blocks = 0, m_tiles = 0, items = 0;
+
+  // Items of bm rows × bn outputs for every (group, row tile, output block) of `batch` groups.
+  void set_tiles(int bm, int bn, int64_t batch) {
+    rows_per_item = bm;
+    block_n = bn;
+    n_blocks = (out + bn - 1) / bn;
+    m_tiles = (rows + bm - 1) / bm;
+    items = n_blocks * m_tiles * batch;
+  }
+
+  __device__ int64_t n_items() const { return items; }
+  // Items run output block fastest: neighbouring blocks share the rows (L2-resident) and
+  // stream different weights.
+  __device__ bool load_item(int64_t idx, lin::LinItem& it) const {
+    const int64_t nb = idx % n_blocks, rest = idx / n_blocks;
+    const int64_t mt = rest % m_tiles, g = rest / m_tiles;
+    it.n0 = nb * block_n;
+    it.base = mt * rows_per_item;
+    it.g = g;
+    const int64_t left = rows - it.base;
+    it.rows = left < rows_per_item ? static_cast<int>(left) : rows_per_item;
+    it.w0 = w + g * w_stride;
+    it.ws0 = ws;
+    it.bias0 = bias;
+    return true;
+  }
+  __device__ int32_t row_id(const lin::LinItem& it, int i) const { return static_cast<int32_t>(it.base + i); }
+  __device__ const __half* a_row(const lin::LinItem& it, int32_t id) const { return xh + it.g * x_stride + id * ld_xh; }
+  __device__ float a_scale(const lin::LinItem& it, int32_t id) const { return rs[it.g * rs_stride + id]; }
+  __device__ const __half* w_row(const lin::LinItem& it, int, int64_t n) const {
+    return n < out ? it.w0 + n * k.in8 : nullptr;
+  }
+  __device__ void store(const lin::LinItem& it, int32_t id, int64_t n, float acc, float row_scale) const {
+    lin::store_value(y + it.g * y_stride + id * ld_y + n, lin::linear_value(acc, row_scale, it.ws0, it.bias0, n),
+                     accumulate);
+  }
+};
+
+}  // namespace ft::cuda

@@ -1,0 +1,84 @@
+// The sm_90a instantiations of the wgmma tiled linear (linear_f16_wgmma.cuh) and their launcher.
+// This file alone is compiled for sm_90a (linear.cmake): its kernels exist only there, and
+// linear_wgmma() finds out at run time whether the current device can load them.
+#include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
+#include "gpu-worker/backends/cuda/ops/linear_f16_dense.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_launch.h"
+#include "gpu-worker/backends/cuda/ops/moe_dense_problems.cuh"
+#include "shared/core/error.h"
+
+namespace ft::cuda {
+namespace {
+
+// 5 stages (161 KB): three stages in flight while one computes and one waits for reuse.
+using DenseWgmma = lin::WgmmaCfg<5>;
+
+std::atomic<int> g_policy{policy_from_env("FLASHTIER_LINEAR_WGMMA")};
+
+bool image_loads() {
+  // cudaFuncGetAttributes fails where no image of the kernel suits the device (anything but
+  // compute capability 9.0 for sm_90a code).
+  static const bool ok = [] {
+    cudaFuncAttributes attr{};
+    const cudaError_t e =
+        cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(lin::linear_wgmma_kernel<DenseWgmma, DenseProblem>));
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess;
+  }();
+  return ok;
+}
+
+template <class Pr>
+void launch_grouped(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
+  using Cfg = DenseWgmma;
+  pr.block_n = lin::wgmma_block_n<Cfg, Pr::kSwiglu>();
+  pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
+  auto kernel = lin::linear_wgmma_kernel<Cfg, Pr>;
+  const int per_sm = lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
+  const int64_t grid = std::min<int64_t>(tiles_bound * pr.n_blocks,
+                                         static_cast<int64_t>(per_sm) * lin::current_device_limits().sm_count);
+  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(pr);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+namespace lin {
+bool linear_wgmma() {
+  if (g_policy.load(std::memory_order_relaxed) == 0) return false;
+  const DeviceLimits& d = current_device_limits();
+  if (d.cc_major != 9 || d.cc_minor != 0) return false;
+  return d.smem_optin >= DenseWgmma::kSmemBytes + 2048 && image_loads();
+}
+void set_linear_wgmma(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
+}  // namespace lin
+
+void launch_dense_wgmma(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
+  DenseProblem pr = in;
+  using Cfg = DenseWgmma;
+  pr.set_tiles(Cfg::BM, lin::wgmma_block_n<Cfg, false>(), batch);
+  if (pr.items > 0x7fffffff) throw Error("linear_f16: too many tiles (" + std::to_string(pr.items) + ")");
+  auto kernel = lin::linear_wgmma_kernel<Cfg, DenseProblem>;
+  lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
+  kernel<<<static_cast<unsigned>(pr.items), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(pr);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ft::cuda
+
+namespace ft::cuda {
+void launch_grouped_wgmma(const GateUpProblem& pr, int64_t tiles_bound, cudaStream_t stream) {
+  launch_grouped(pr, tiles_bound, stream);
+}
+void launch_grouped_wgmma(const DownProblem& pr, int64_t tiles_bound, cudaStream_t stream) {
+  launch_grouped(pr, tiles_bound, stream);
+}
+}  // namespace ft::cuda

@@ -1,0 +1,155 @@
+#pragma once
+// The tiled fp16 linear kernel on Hopper's warpgroup MMA (sm_90a): the loads, the shared-memory
+// layout, the items and the epilogue of linear_f16_tiled.cuh, with each stage's products issued as
+// wgmma.m64n128k16 from shared memory instead of per-warp ldmatrix + mma.sync. The reduction
+// contract (ops/linear.h) is kept the same way: every thread's chain accumulators start from
+// zero at each chunk boundary and are added, in chunk order, to a running total — so a row gets
+// the bits of the mma.sync kernels (a wgmma k16 step is the mma.sync k16 step's arithmetic).
+//
+// Block: BM = 128 rows × BN = 128 outputs, two warpgroups (256 threads), warpgroup w computes
+// rows 64w … 64w + 63 against all 128 columns. Stage pipeline with one barrier per stage: stage s
+// is copied STAGES − 2 stages ahead, and its slot is reused only after every warpgroup has
+// waited for the wgmma of the stage before it (wgmma.wait_group 1 before the barrier).
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "gpu-worker/backends/cuda/ops/linear_contract.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_mma.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_stage_loads.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_wgmma.cuh"
+
+namespace ft::cuda::lin {
+
+template <int STAGES_>
+struct WgmmaCfg {
+  static constexpr int BM = 128, BN = 128, STAGES = STAGES_;
+  static constexpr int kThreads = 256;
+  // One warpgroup multiplies all BN columns: SwiGLU's gate/up interleave spans the whole tile.
+  using Loads = StageLoads<BM, BN, kThreads, BN>;
+  static constexpr int kStageBytes = Loads::kStageBytes;  // 32 KB: a multiple of the 1 KB swizzle atom
+  // + 1 KB so the stages can start on a 1024-byte boundary whatever the dynamic base.
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;
+  static_assert(STAGES >= 3, "one stage computing, one in flight, one landing");
+};
+
+template <class Cfg, bool SWIGLU>
+__host__ __device__ constexpr int wgmma_block_n() {
+  return SWIGLU ? Cfg::BN / 2 : Cfg::BN;
+}
+
+template <class Cfg, class P>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_kernel(const P p) {
+#if FT_HAVE_WGMMA
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, STAGES = Cfg::STAGES;
+  constexpr int AHEAD = STAGES - 2;  // stages copied ahead of the one computed
+  constexpr bool SWIGLU = P::kSwiglu;
+  extern __shared__ unsigned char smem[];
+  __shared__ int32_t s_id[BM];
+  __shared__ float s_scale[BM];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
+  const KGeom kg = p.k;
+  const int nst = total_stages(kg);
+  const int spc = kg.kc / kStageK;
+  const uint64_t policy = l2_evict_first_policy();
+  const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
+
+  const int64_t n_items = p.n_items();
+  for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
+    LinItem it;
+    if (!p.load_item(idx, it)) continue;  // uniform over the block
+    Cfg::Loads::fill_rows(p, it, s_id, s_scale, tid);
+    __syncthreads();
+
+    typename Cfg::Loads loads;
+    loads.init(p, it, s_id, tid);
+    auto load_stage = [&](int s) {
+      loads.load(sbase + static_cast<uint32_t>((s % STAGES) * Cfg::kStageBytes), s, kg, tid, policy);
+    };
+
+    float chain[64], total[64];
+#pragma unroll
+    for (int q = 0; q < 64; ++q) chain[q] = 0.0f, total[q] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+      if (s < nst) load_stage(s);
+      cp_async_commit();
+    }
+    for (int s = 0; s < nst; ++s) {
+      cp_async_wait<AHEAD - 1>();
+      fence_proxy_async_shared();
+      // Stage s landed for every thread; every warpgroup has finished the wgmma of stage s − 1's
+      // predecessor (waited below in the last iteration), whose slot the next copy takes.
+      __syncthreads();
+      if (s + AHEAD < nst) load_stage(s + AHEAD);
+      cp_async_commit();
+
+      const uint32_t sa = sbase + static_cast<uint32_t>((s % STAGES) * Cfg::kStageBytes);
+      const uint32_t sb = sa + BM * kRowBytes;
+      const uint32_t swa = sa + static_cast<uint32_t>(wg * 64 * kRowBytes);
+      const int c = s / spc;
+      const int64_t kb = static_cast<int64_t>(kStageK) * s, kend = chunk_end(kg, c);
+#pragma unroll
+      for (int q = 0; q < 64; ++q) wgmma_fence_operand(chain[q]);
+      wgmma_fence();
+      if (kb + kStageK <= kend) {
+#pragma unroll
+        for (int j = 0; j < kStageK / 16; ++j)
+          wgmma_m64n128k16(chain, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j));
+      } else {  // the last chunk's last stage: its k16 steps up to the chunk's end
+        const int steps = static_cast<int>((kend - kb + 15) / 16);
+        for (int j = 0; j < steps; ++j)
+          wgmma_m64n128k16(chain, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j));
+      }
+      wgmma_commit();
+      if (s == nst - 1 || (s + 1) % spc == 0) {  // chunk c ends: total += P_c, next chain from 0
+        wgmma_wait<0>();
+#pragma unroll
+        for (int q = 0; q < 64; ++q) {
+          wgmma_fence_operand(chain[q]);
+          total[q] = __fadd_rn(total[q], chain[q]);
+          chain[q] = 0.0f;
+        }
+      } else {
+        wgmma_wait<1>();
+      }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: element 4i + 2h + e of the warpgroup's 64 × 128 tile sits at row
+    // 16 wq + g + 8h, column 8i + 2 t + e — the mma.sync fragment (mi = 0, ni = i) of linear_f16_tiled.cuh.
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wg * 64 + wq * 16 + g + 8 * h;
+      if (r >= it.rows) continue;
+      const int32_t id = s_id[r];
+      const float rs = s_scale[r];
+      if constexpr (!SWIGLU) {
+#pragma unroll
+        for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int64_t n = it.n0 + 8 * i + 2 * t4 + e;
+            if (n < p.out) p.store(it, id, n, total[4 * i + 2 * h + e], rs);
+          }
+      } else {
+#pragma unroll
+        for (int q = 0; q < BN / 16; ++q)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int64_t hc = it.n0 + 8 * q + 2 * t4 + e;
+            if (hc < p.out)
+              p.store_swiglu(it, id, hc, total[4 * (2 * q) + 2 * h + e], total[4 * (2 * q + 1) + 2 * h + e], rs);
+          }
+      }
+    }
+    __syncthreads();  // shared memory and row tables are rewritten by the next item
+  }
+#endif
+}
+
+}  // namespace ft::cuda::lin

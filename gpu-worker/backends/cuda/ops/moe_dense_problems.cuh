@@ -1,0 +1,102 @@
+#pragma once
+// The grouped problems of moe_dense_experts (ops/moe.h) as the linear kernels see them: tiles of
+// one expert's picks, gate+up with the SwiGLU epilogue, down. Shared by moe_dense.cu and the
+// sm_90a wgmma instantiation (linear_f16_wgmma.cu).
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "gpu-worker/backends/cuda/ops/linear_contract.cuh"
+#include "gpu-worker/backends/cuda/ops/moe.h"
+
+namespace ft::cuda {
+
+// A tile: rows [start, start + rows) of the dispatch's sorted_pick, all of one expert.
+struct MoeTile {
+  int32_t expert, start, rows;
+};
+
+// Items of both grouped problems: tile-major, output block fastest (a tile's rows stay in L1/L2
+// while its expert's weights stream).
+struct GroupedBase {
+  lin::KGeom k;
+  int64_t out = 0;
+  const DenseExpert* experts = nullptr;
+  const MoeTile* tiles = nullptr;
+  const int32_t* n_tiles = nullptr;
+  int64_t n_blocks = 0;
+  int block_n = 0;
+  const int32_t* sorted_pick = nullptr;
+
+  __device__ int64_t n_items() const { return static_cast<int64_t>(*n_tiles) * n_blocks; }
+  __device__ bool load_tile(int64_t idx, lin::LinItem& it) const {
+    const MoeTile t = tiles[idx / n_blocks];
+    it.n0 = (idx % n_blocks) * block_n;
+    it.g = t.expert;
+    it.base = t.start;
+    it.rows = t.rows;
+    return t.rows > 0;
+  }
+  __device__ int32_t row_id(const lin::LinItem& it, int i) const { return sorted_pick[it.base + i]; }
+  __device__ const __half* w_row(const lin::LinItem& it, int which, int64_t n) const {
+    return n < out ? (which ? it.w1 : it.w0) + n * k.in8 : nullptr;
+  }
+};
+
+// Step 3: rows are tokens (pick p reads x row p / top_k), outputs h[p][i].
+struct GateUpProblem : GroupedBase {
+  static constexpr bool kSwiglu = true;
+  int top_k = 1;
+  const __half* xh = nullptr;
+  int64_t ld_xh = 0;
+  const float* xs = nullptr;
+  float* h = nullptr;
+  int64_t ld_h = 0;
+  float limit = 0.0f;
+
+  __device__ bool load_item(int64_t idx, lin::LinItem& it) const {
+    if (!load_tile(idx, it)) return false;
+    const DenseExpert& e = experts[it.g];
+    it.w0 = e.gate.w;
+    it.w1 = e.up.w;
+    it.ws0 = e.gate.w_scale;
+    it.ws1 = e.up.w_scale;
+    it.bias0 = e.gate.bias;
+    it.bias1 = e.up.bias;
+    return true;
+  }
+  __device__ const __half* a_row(const lin::LinItem&, int32_t pick) const { return xh + (pick / top_k) * ld_xh; }
+  __device__ float a_scale(const lin::LinItem&, int32_t pick) const { return xs[pick / top_k]; }
+  __device__ void store_swiglu(const lin::LinItem& it, int32_t pick, int64_t i, float acc_g, float acc_u,
+                               float row_scale) const {
+    const float g = lin::linear_value(acc_g, row_scale, it.ws0, it.bias0, i);
+    const float u = lin::linear_value(acc_u, row_scale, it.ws1, it.bias1, i);
+    h[pick * ld_h + i] = lin::swiglu_value(g, u, limit);
+  }
+};
+
+// Step 5: rows are picks, outputs Y[p][d].
+struct DownProblem : GroupedBase {
+  static constexpr bool kSwiglu = false;
+  const __half* hh = nullptr;
+  int64_t ld_hh = 0;
+  const float* hs = nullptr;
+  float* y = nullptr;
+  int64_t ld_y = 0;
+
+  __device__ bool load_item(int64_t idx, lin::LinItem& it) const {
+    if (!load_tile(idx, it)) return false;
+    const DenseExpert& e = experts[it.g];
+    it.w0 = e.down.w;
+    it.ws0 = e.down.w_scale;
+    it.bias0 = e.down.bias;
+    return true;
+  }
+  __device__ const __half* a_row(const lin::LinItem&, int32_t pick) const { return hh + pick * ld_hh; }
+  __device__ float a_scale(const lin::LinItem&, int32_t pick) const { return hs[pick]; }
+  __device__ void store(const lin::LinItem& it, int32_t pick, int64_t n, float acc, float row_scale) const {
+    y[pick * ld_y + n] = lin::linear_value(acc, row_scale, it.ws0, it.bias0, n);
+  }
+};
+
+}  // namespace ft::cuda
