@@ -9,19 +9,30 @@ namespace ft::cuda {
 
 namespace {
 
+// A failed query must not leave its error behind: the runtime keeps it as the thread's last
+// error, and the next launch check (cudaGetLastError) would report it as that launch's failure.
+// (The tier's stream-memory-operation nodes are driver-only node types: the runtime's
+// cudaGraphNodeGetType answers cudaErrorUnknown for them — it made the sampler's launch check
+// fail after the first capture of a decode graph with the CPU tier.)
+bool query_ok(cudaError_t e) {
+  if (e == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
 GraphShape shape_of(cudaGraph_t g) {
   GraphShape sh;
   size_t n = 0;
-  if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) return sh;
+  if (!query_ok(cudaGraphGetNodes(g, nullptr, &n))) return sh;
   std::vector<cudaGraphNode_t> nodes(n);
-  if (n > 0 && cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) return sh;
+  if (n > 0 && !query_ok(cudaGraphGetNodes(g, nodes.data(), &n))) return sh;
   sh.nodes = static_cast<int64_t>(n);
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType t{};
-    if (cudaGraphNodeGetType(node, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) ++sh.kernels;
+    if (query_ok(cudaGraphNodeGetType(node, &t)) && t == cudaGraphNodeTypeKernel) ++sh.kernels;
   }
   size_t e = 0;
-  if (cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &e) == cudaSuccess) sh.edges = static_cast<int64_t>(e);
+  if (query_ok(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &e))) sh.edges = static_cast<int64_t>(e);
   return sh;
 }
 
