@@ -156,6 +156,45 @@ TEST_P(Exl3GpuLinear, WidePrefillGivesTheNarrowBits) {
   }
 }
 
+// The narrow prefill block on wgmma (sm_90; elsewhere both runs take mma.sync) gives the mma.sync
+// block's bits: padded and unpadded widths, bias, Accumulate, row tiles of at most 64 rows (the
+// 64-column wgmma), a short last tile, and several 128-row tiles.
+TEST_P(Exl3GpuLinear, WgmmaPrefillGivesTheMmaSyncBits) {
+  const auto [K, cb] = GetParam();
+  struct Shape {
+    int64_t in, out;
+    bool bias;
+  };
+  const cuda::Exl3Wgmma was = cuda::exl3_wgmma_policy();
+  cuda::exl3_set_wgmma_prefill(cuda::Exl3Wgmma::On);
+  const bool wgmma = cuda::exl3_wgmma_prefill();  // this device runs it
+  exl3gpu::WidePrefill narrow(false);
+  for (const Shape s : {Shape{256, 384, true}, Shape{512, 256, false}, Shape{200, 72, true}}) {
+    const RandomLinear r(K, cb, s.in, s.out, 950 + 10 * K + s.out, s.bias);
+    Gpu g(r, 300);
+    for (int64_t rows : {33, 64, 100, 300}) {
+      const std::vector<float> x = randn(static_cast<size_t>(rows * r.in), 951 + rows);
+      const std::vector<float> y0 = randn(static_cast<size_t>(rows * r.out), 952 + rows);
+      cuda::exl3_set_wgmma_prefill(cuda::Exl3Wgmma::Off);
+      const std::vector<float> want = g.run(x, rows, r.out);
+      const std::vector<float> want_acc = g.run(x, rows, r.out, cuda::LinearStore::Accumulate, &y0);
+      cuda::exl3_set_wgmma_prefill(cuda::Exl3Wgmma::On);
+      const uint64_t launches = cuda::exl3_wgmma_prefill_launches();
+      const std::vector<float> got = g.run(x, rows, r.out);
+      const std::vector<float> got_acc = g.run(x, rows, r.out, cuda::LinearStore::Accumulate, &y0);
+      if (wgmma) {
+        EXPECT_EQ(cuda::exl3_wgmma_prefill_launches(), launches + 2) << "the wgmma form did not run";
+      }
+      const size_t n = static_cast<size_t>(rows * r.out);
+      EXPECT_EQ(bit_mismatches(got.data(), want.data(), n), 0u)
+          << case_name(K, cb) << " " << s.in << "→" << s.out << " rows " << rows << ": wgmma differs from mma.sync";
+      EXPECT_EQ(bit_mismatches(got_acc.data(), want_acc.data(), n), 0u)
+          << case_name(K, cb) << " " << s.in << "→" << s.out << " rows " << rows << ": wgmma Accumulate differs";
+    }
+  }
+  cuda::exl3_set_wgmma_prefill(was);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllKCodebooks, Exl3GpuLinear,
                          ::testing::Combine(::testing::Range(1, 9),
                                             ::testing::Values(Codebook::Inst3, Codebook::Mcg, Codebook::Mul1)),

@@ -456,6 +456,21 @@ void check_forms(const Layer& L, int64_t n, int top_k, uint64_t seed) {
       << "prefill form only, mixed";
   EXPECT_EQ(bit_mismatches(want.data(), m.run(L, host, x, nullptr, kBatchesOnly).data(), N), 0u)
       << "32-row batches only, host";
+  // The narrow block on wgmma (sm_90, the default there: it ran above) and on mma.sync, each
+  // asked for explicitly.
+  const cuda::Exl3Wgmma was = cuda::exl3_wgmma_policy();
+  cuda::exl3_set_wgmma_prefill(cuda::Exl3Wgmma::On);
+  if (cuda::exl3_wgmma_prefill()) {
+    exl3gpu::WidePrefill narrow(false);
+    const uint64_t launches = cuda::exl3_wgmma_prefill_launches();
+    EXPECT_EQ(bit_mismatches(want.data(), m.run(L, mixed, x, nullptr, kCrowded).data(), N), 0u)
+        << "wgmma block, split of forms, mixed";
+    EXPECT_GT(cuda::exl3_wgmma_prefill_launches(), launches) << "the wgmma block did not run";
+    cuda::exl3_set_wgmma_prefill(cuda::Exl3Wgmma::Off);
+    EXPECT_EQ(bit_mismatches(want.data(), m.run(L, mixed, x, nullptr, kCrowded).data(), N), 0u)
+        << "mma.sync block, split of forms, mixed";
+  }
+  cuda::exl3_set_wgmma_prefill(was);
   // The wide shape of the prefill form, where this device holds it (a projection whose K does
   // not fit runs narrow, so any mix is exercised).
   if (cuda::exl3_moe_wide_prefill_fits(std::min({L.geo.K[0], L.geo.K[1], L.geo.K[2]}))) {

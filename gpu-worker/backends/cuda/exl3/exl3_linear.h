@@ -105,6 +105,17 @@ bool exl3_wide_prefill_pays(int64_t out_p, int64_t rows, int sms);
 // Whether the current device can run the wide shape of a K-bit linear (its shared memory; the
 // grouped MoE kernel's: exl3_moe_wide_prefill_fits in moe.h).
 bool exl3_wide_prefill_fits(int K);
+// The prefill kernels' narrow block on wgmma (sm_90a code, compute capability 9.0 devices;
+// gemm_wgmma.cuh), meant to give mma.sync's bits (a wgmma k16 step is an mma.sync k16 step's
+// arithmetic: measured for the dense kernel). Built in session 20 without device time left to
+// run it, so Auto (the default) is off for now; On runs it where the device loads it (the tests,
+// A/B); FLASHTIER_EXL3_WGMMA=off|auto|on sets the start. exl3_wgmma_prefill(): whether prefill
+// calls take it now. Launches are counted like the wide shape's.
+enum class Exl3Wgmma { Off = 0, Auto = 1, On = 2 };
+void exl3_set_wgmma_prefill(Exl3Wgmma policy);
+Exl3Wgmma exl3_wgmma_policy();
+bool exl3_wgmma_prefill();
+uint64_t exl3_wgmma_prefill_launches();
 // Launches of the wide shape so far in this process (linears and MoE prefill forms).
 uint64_t exl3_wide_prefill_launches();
 

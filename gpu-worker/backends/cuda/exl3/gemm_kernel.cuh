@@ -15,6 +15,7 @@
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/exl3/gemv_kernel.cuh"
 #include "gpu-worker/backends/cuda/exl3/launch_util.h"
+#include "gpu-worker/backends/cuda/exl3/wgmma_prefill.h"
 
 namespace ft::cuda::exl3dev {
 
@@ -64,6 +65,13 @@ bool gemm_wide_fits() {
 // Row n's 16-byte chunk c (c = 4·(32-input block) + lane quad) inside a staged x stage: odd rows
 // swap their two 64-byte halves so one quarter-warp's rows 2m, 2m+1 use different banks.
 __device__ __forceinline__ int gemm_x_chunk(int n, int c) { return n * 8 + (c ^ ((n & 1) << 2)); }
+
+// A chunk's chain into its running sum (the first chunk's chain is the sum), the chain from zero
+// again: the fold of the reduction contract, the same in every prefill block.
+__device__ __forceinline__ void fold_chunk(float& total, float& chain, bool first) {
+  total = first ? chain : __fadd_rn(total, chain);
+  chain = 0.0f;
+}
 
 // The running sum (g, i) of this thread in the wide shape's shared-memory region.
 template <bool WIDE, int K>
@@ -167,13 +175,8 @@ __device__ __forceinline__ void gemm_block_sums(const uint32_t* __restrict__ blk
       for (int g = 0; g < kGemmGroups; ++g)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          if constexpr (WIDE) {
-            float* t = gemm_tot_slot<WIDE, K>(smem, g, i);
-            *t = first ? acc[g][i] : __fadd_rn(*t, acc[g][i]);
-          } else {
-            tot[g][i] = first ? acc[g][i] : __fadd_rn(tot[g][i], acc[g][i]);
-          }
-          acc[g][i] = 0.0f;
+          if constexpr (WIDE) fold_chunk(*gemm_tot_slot<WIDE, K>(smem, g, i), acc[g][i], first);
+          else fold_chunk(tot[g][i], acc[g][i], first);
         }
     }
   }
@@ -265,6 +268,7 @@ void launch_gemm_shape(const LinearArgs& a, cudaStream_t stream) {
 template <int K, int CB>
 void launch_gemm_one(const LinearArgs& a, bool wide, cudaStream_t stream) {
   if (wide && gemm_wide_fits<K>()) launch_gemm_shape<K, CB, true>(a, stream);
+  else if (wgmma_prefill()) launch_gemm_wgmma(K, CB, a, stream);  // sm_90: narrow on wgmma, same bits
   else launch_gemm_shape<K, CB, false>(a, stream);
 }
 

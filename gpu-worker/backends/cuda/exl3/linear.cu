@@ -9,6 +9,7 @@
 #include "gpu-worker/backends/cuda/exl3/gemv_kernel.cuh"
 #include "gpu-worker/backends/cuda/exl3/launch_util.h"
 #include "gpu-worker/backends/cuda/exl3/transform.cuh"
+#include "gpu-worker/backends/cuda/exl3/wgmma_prefill.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
@@ -81,6 +82,10 @@ bool exl3_wide_prefill_fits(int K) {
   return exl3dev::dispatch_k(K, [](auto k) { return exl3dev::gemm_wide_fits<decltype(k)::value>(); });
 }
 uint64_t exl3_wide_prefill_launches() { return exl3dev::wide_launches(); }
+void exl3_set_wgmma_prefill(Exl3Wgmma policy) { exl3dev::set_wgmma_prefill(static_cast<int>(policy)); }
+Exl3Wgmma exl3_wgmma_policy() { return static_cast<Exl3Wgmma>(exl3dev::wgmma_prefill_policy()); }
+bool exl3_wgmma_prefill() { return exl3dev::wgmma_prefill(); }
+uint64_t exl3_wgmma_prefill_launches() { return exl3dev::wgmma_prefill_launches(); }
 
 int exl3_k_chunk(int64_t in_p, int64_t out_p) {
   if (in_p <= 0 || out_p <= 0 || in_p % 128 || out_p % 128)
@@ -169,8 +174,9 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
   // Where the device holds it (launch_gemm_one).
   const auto wide = static_cast<Exl3Wide>(exl3dev::wide_prefill_policy());
-  l.wide = l.gemm && (wide == Exl3Wide::On ||
-                      (wide == Exl3Wide::Auto && exl3_wide_prefill_pays(L.out_p, rows, exl3dev::sm_count())));
+  // Auto never picks it where the narrow block runs on wgmma (sm_90): that form is faster.
+  l.wide = l.gemm && (wide == Exl3Wide::On || (wide == Exl3Wide::Auto && !exl3dev::wgmma_prefill() &&
+                                               exl3_wide_prefill_pays(L.out_p, rows, exl3dev::sm_count())));
   l.programmatic = !l.gemm && exl3dev::programmatic_launch(rows);
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);
 }

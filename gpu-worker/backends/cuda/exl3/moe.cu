@@ -11,6 +11,7 @@
 #include "gpu-worker/backends/cuda/exl3/moe.h"
 #include "gpu-worker/backends/cuda/exl3/moe_gemm_kernel.cuh"
 #include "gpu-worker/backends/cuda/exl3/transform.cuh"
+#include "gpu-worker/backends/cuda/exl3/wgmma_prefill.h"
 #include "shared/core/error.h"
 #include "shared/exl3/expert_block.h"
 
@@ -122,8 +123,12 @@ void launch_matmul(int K, int cb, int gemm_from, const MoeArgs& a, cudaStream_t 
   if (gemm_from != kNoGemm) {
     MoeArgs g = a;
     g.min_rows = gemm_from;
+    // Auto: the wide shape wherever it fits, unless the narrow block runs on wgmma (sm_90).
+    const int wide = exl3dev::wide_prefill_policy();
     launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g,
-                      exl3dev::wide_prefill_policy() != static_cast<int>(Exl3Wide::Off), s);
+                      wide == static_cast<int>(Exl3Wide::On) ||
+                          (wide == static_cast<int>(Exl3Wide::Auto) && !exl3dev::wgmma_prefill()),
+                      s);
   }
 }
 

@@ -13,12 +13,13 @@
 
 namespace ft::cuda::exl3dev {
 
-template <int K, int CB, bool WIDE>
-__global__ void __launch_bounds__(GemmShape<WIDE>::kThreads, 1) exl3_moe_gemm_kernel(const MoeArgs p) {
+// The items of the prefill form for one CTA: each item's running sums from `block_sums` (the
+// mma.sync block of gemm_kernel.cuh, or its wgmma form) called as block_sums(trellis,
+// pair_dwords, xh, first row, row end, live pairs, tot), then gemm_block_store. Every thread
+// of the CTA calls it.
+template <int K, bool WIDE, class BlockSums>
+__device__ __forceinline__ void moe_gemm_items(const MoeArgs& p, uint32_t* smem, int* s_pre, BlockSums block_sums) {
   using S = GemmShape<WIDE>;
-  extern __shared__ __align__(16) uint32_t smem_raw[];
-  uint32_t* const smem = smem_align128(smem_raw);
-  __shared__ int s_pre[kMoeMaxExperts + 1];
   moe_batch_scan<S::kThreads>(p, kGemmRows, s_pre);
   const int n_act = *p.n_active;
   const int nblk128 = static_cast<int>(p.out_p / 128);
@@ -37,8 +38,8 @@ __global__ void __launch_bounds__(GemmShape<WIDE>::kThreads, 1) exl3_moe_gemm_ke
     const int proj = p.proj[pj];
     const Exl3ExpertPtrs& ex = p.table[e];
     GemmTot tot;
-    gemm_block_sums<K, CB, WIDE>(ex.trellis[proj] + S::kPairs * blk * pair_dwords, pair_dwords, p.xh[pj], p.in_p, s0,
-                                 s_end, p.kc_steps, smem, tot, min(S::kPairs, 4 * (nblk128 - S::kBlocks * blk)));
+    block_sums(ex.trellis[proj] + S::kPairs * blk * pair_dwords, pair_dwords, p.xh[pj], s0, s_end,
+               min(S::kPairs, 4 * (nblk128 - S::kBlocks * blk)), tot);
     const int64_t col0 = S::kCols * static_cast<int64_t>(blk);
     const int valid = static_cast<int>(p.out_cols - col0 < S::kCols ? p.out_cols - col0 : S::kCols);
     float* const out = p.out[pj] + col0;
@@ -49,6 +50,19 @@ __global__ void __launch_bounds__(GemmShape<WIDE>::kThreads, 1) exl3_moe_gemm_ke
                               [&](int r) { return out + (pick ? static_cast<int64_t>(pick[r]) : s0 + r) * ld; },
                               valid, false);
   }
+}
+
+template <int K, int CB, bool WIDE>
+__global__ void __launch_bounds__(GemmShape<WIDE>::kThreads, 1) exl3_moe_gemm_kernel(const MoeArgs p) {
+  extern __shared__ __align__(16) uint32_t smem_raw[];
+  uint32_t* const smem = smem_align128(smem_raw);
+  __shared__ int s_pre[kMoeMaxExperts + 1];
+  moe_gemm_items<K, WIDE>(p, smem, s_pre,
+                          [&](const uint32_t* trellis, int64_t pair_dwords, const __half* xh, int64_t s0, int64_t s_end,
+                              int live_pairs, GemmTot& tot) {
+                            gemm_block_sums<K, CB, WIDE>(trellis, pair_dwords, xh, p.in_p, s0, s_end, p.kc_steps, smem,
+                                                         tot, live_pairs);
+                          });
 }
 
 // `wide`: the policy asks for the wide shape (it runs where the device holds it, else narrow).

@@ -3,6 +3,7 @@
 // prefill form exl3_moe_gemm_kernel.
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/exl3/moe_gemm_kernel.cuh"
+#include "gpu-worker/backends/cuda/exl3/wgmma_prefill.h"
 
 namespace ft::cuda::exl3dev {
 
@@ -53,6 +54,7 @@ void launch_moe_gemm(int cb, int grid, const MoeArgs& a, bool wide, cudaStream_t
       default: return launch_moe_gemm_cb<K, 2, true>(grid, a, stream);
     }
   }
+  if (wgmma_prefill()) return launch_moe_gemm_wgmma(K, cb, grid, a, stream);  // sm_90: narrow on wgmma
   switch (cb) {
     case 0: return launch_moe_gemm_cb<K, 0, false>(grid, a, stream);
     case 1: return launch_moe_gemm_cb<K, 1, false>(grid, a, stream);

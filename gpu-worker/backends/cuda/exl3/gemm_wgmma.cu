@@ -1,0 +1,61 @@
+// The sm_90a instantiations of the EXL3 prefill linear on wgmma (gemm_wgmma.cuh) and the policy
+// every wgmma prefill launch asks. Compiled for sm_90a alone (CMakeLists.txt).
+#include <atomic>
+
+#include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
+#include "gpu-worker/backends/cuda/exl3/gemm_wgmma.cuh"
+#include "gpu-worker/backends/cuda/exl3/launch_util.h"
+#include "gpu-worker/backends/cuda/exl3/wgmma_prefill.h"
+
+namespace ft::cuda::exl3dev {
+namespace {
+
+std::atomic<int> g_policy{policy_from_env("FLASHTIER_EXL3_WGMMA")};
+std::atomic<unsigned long long> g_launches{0};
+
+template <int K, int CB>
+void launch_cb(const LinearArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = wg_smem_bytes<K>();
+  FT_CUDA_CHECK(cudaFuncSetAttribute(exl3_gemm_wgmma_kernel<K, CB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  const int64_t tiles = (a.rows + kGemmRows - 1) / kGemmRows;
+  exl3_gemm_wgmma_kernel<K, CB><<<static_cast<unsigned>(tiles * a.nblk), GemmShape<false>::kThreads, smem, stream>>>(a);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool wgmma_prefill() {
+  if (g_policy.load(std::memory_order_relaxed) != 2) return false;  // Auto: off until measured
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes attr{};
+    const bool loads = cudaFuncGetAttributes(&attr, exl3_gemm_wgmma_kernel<3, 2>) == cudaSuccess;
+    if (!loads) (void)cudaGetLastError();
+    return loads && smem_fits(wg_smem_bytes<8>());
+  }();
+  return ok;
+}
+void set_wgmma_prefill(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
+int wgmma_prefill_policy() { return g_policy.load(std::memory_order_relaxed); }
+unsigned long long wgmma_prefill_launches() { return g_launches.load(std::memory_order_relaxed); }
+void count_wgmma_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); }
+
+void launch_gemm_wgmma(int K, int cb, const LinearArgs& a, cudaStream_t stream) {
+  count_wgmma_launch();
+  dispatch_k(K, [&](auto k) {
+    constexpr int KK = decltype(k)::value;
+    switch (cb) {
+      case 0: return launch_cb<KK, 0>(a, stream);
+      case 1: return launch_cb<KK, 1>(a, stream);
+      default: return launch_cb<KK, 2>(a, stream);
+    }
+  });
+}
+
+}  // namespace ft::cuda::exl3dev
