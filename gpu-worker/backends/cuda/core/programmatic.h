@@ -7,11 +7,20 @@
 // greedy tests). Still off by default: the expert tier's decode graphs, where chained kernels
 // follow stream-memory-operation nodes, have not run with it yet. FLASHTIER_CHAIN_PDL=on turns
 // it on; sm_90+ only.
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 namespace ft::cuda {
 
 bool chain_programmatic();
 void set_chain_programmatic(int policy);  // 0 off, 1 auto (= off for now), 2 on (tests, A/B)
+
+// A stream memory operation (core/stream_memops.h) marks its stream for the calling thread; the
+// next launch there through launch_maybe_early starts plainly whatever it asked, and clears the
+// mark. So no early start ever hangs on a memory-operation node: only kernel nodes have
+// programmatic ports, and a grid that started early must have a kernel ahead of it to wait for.
+void note_stream_memop(cudaStream_t s);
+bool take_stream_memop(cudaStream_t s);  // whether `s` was marked (the mark is cleared)
 
 }  // namespace ft::cuda

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/programmatic.h"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
@@ -51,6 +52,7 @@ void stream_write_u32(cudaStream_t s, uint32_t* addr, uint32_t value) {
   check(memops().write(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr), value,
                        CU_STREAM_WRITE_VALUE_DEFAULT),
         "cuStreamWriteValue32");
+  note_stream_memop(s);
 }
 
 void stream_wait_u32(cudaStream_t s, const uint32_t* addr, uint32_t value) {
@@ -58,6 +60,7 @@ void stream_wait_u32(cudaStream_t s, const uint32_t* addr, uint32_t value) {
   check(memops().wait(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr), value,
                       CU_STREAM_WAIT_VALUE_EQ),
         "cuStreamWaitValue32");
+  note_stream_memop(s);
 }
 
 }  // namespace ft::cuda
