@@ -405,8 +405,8 @@ TEST_F(GpuLinearF16, ProgrammaticLaunchGivesTheSameBits) {
   cudaStreamDestroy(st);
 }
 
-// The wgmma form of the tiled kernel (sm_90; elsewhere both runs take mma.sync): the same bits as
-// the mma.sync kernel for calls whose grids fill the GPU — K not a multiple of a stage (a short
+// The wgmma form of the tiled kernel and its two-chain form (sm_90; elsewhere every run takes
+// mma.sync): the same bits as the mma.sync kernel for calls whose grids fill the GPU — K not a multiple of a stage (a short
 // last chunk), outputs not a multiple of the 128-wide tile, rows not a multiple of 128, bias and
 // Accumulate, per-head groups — and against the double reference on the fp16 operands.
 TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
@@ -424,17 +424,20 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     const DeviceRows d = stage_rows(X, s.rows, s.in);
     const int64_t ld_y = s.out + 3;
     const std::vector<float> y0 = randn(s.rows * ld_y, 17);
-    auto run = [&](int policy, LinearStore store) {
+    auto run = [&](int policy, LinearStore store, bool overlap = false) {
       lin::set_linear_wgmma(policy);
+      lin::set_linear_wgmma_overlap(overlap ? 2 : 0);
       DevBuf<float> y(y0);
       linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), ld_y, nullptr, store);
       lin::set_linear_wgmma(1);
+      lin::set_linear_wgmma_overlap(0);
       return y.download();
     };
     const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + ", rows " + std::to_string(s.rows);
     for (const LinearStore store : {LinearStore::Overwrite, LinearStore::Accumulate}) {
-      const std::vector<float> mma = run(0, store), wg = run(1, store);
+      const std::vector<float> mma = run(0, store), wg = run(1, store), wg2 = run(1, store, true);
       EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what;
+      EXPECT_EQ(bit_mismatches(wg2.data(), mma.data(), wg2.size()), 0u) << what << ": the two-chain form";
       if (store == LinearStore::Overwrite) {
         const std::vector<int64_t> rs = sample(s.rows, 40, 127), cs = sample(s.out, 100, 37);
         const auto want = reference_f16(w.host, d.xh.download(), d.ld, d.rs.download(), rs, cs, &bias);
@@ -453,16 +456,19 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     L.k_chunk = linear_k_chunk(in, out);
     const std::vector<float> X = test::lin::fast_uniform(batch * rows * in, 4, 2.0f, false);
     const DeviceRows d = stage_rows(X, batch * rows, in);
-    auto run = [&](int policy) {
+    auto run = [&](int policy, bool overlap = false) {
       lin::set_linear_wgmma(policy);
+      lin::set_linear_wgmma_overlap(overlap ? 2 : 0);
       DevBuf<float> y(static_cast<size_t>(batch * rows * out));
       linear_f16_batched(L, batch, out * ld, d.h(), ld, rows * ld, d.rs.get(), rows, rows, y.get(), out, rows * out,
                          nullptr);
       lin::set_linear_wgmma(1);
+      lin::set_linear_wgmma_overlap(0);
       return y.download();
     };
-    const std::vector<float> mma = run(0), wg = run(1);
+    const std::vector<float> mma = run(0), wg = run(1), wg2 = run(1, true);
     EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "batched groups";
+    EXPECT_EQ(bit_mismatches(wg2.data(), mma.data(), wg2.size()), 0u) << "batched groups, the two-chain form";
   }
 }
 

@@ -20,8 +20,13 @@ namespace {
 
 // 5 stages (161 KB): three stages in flight while one computes and one waits for reuse.
 using DenseWgmma = lin::WgmmaCfg<5>;
+// The same with two chains and no drain at chunk ends (linear_f16_wgmma.cuh, OVERLAP): built
+// without device time to check or measure it, so only with FLASHTIER_LINEAR_WGMMA_OVERLAP=on.
+using DenseWgmmaOverlap = lin::WgmmaCfg<5, true>;
 
 std::atomic<int> g_policy{policy_from_env("FLASHTIER_LINEAR_WGMMA")};
+std::atomic<int> g_overlap{policy_from_env("FLASHTIER_LINEAR_WGMMA_OVERLAP")};
+bool overlap() { return g_overlap.load(std::memory_order_relaxed) == 2; }
 
 bool image_loads() {
   // cudaFuncGetAttributes fails where no image of the kernel suits the device (anything but
@@ -36,9 +41,8 @@ bool image_loads() {
   return ok;
 }
 
-template <class Pr>
+template <class Cfg, class Pr>
 void launch_grouped(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
-  using Cfg = DenseWgmma;
   pr.block_n = lin::wgmma_block_n<Cfg, Pr::kSwiglu>();
   pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
   auto kernel = lin::linear_wgmma_kernel<Cfg, Pr>;
@@ -59,11 +63,13 @@ bool linear_wgmma() {
   return d.smem_optin >= DenseWgmma::kSmemBytes + 2048 && image_loads();
 }
 void set_linear_wgmma(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
+void set_linear_wgmma_overlap(int policy) { g_overlap.store(policy, std::memory_order_relaxed); }
 }  // namespace lin
 
-void launch_dense_wgmma(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
+namespace {
+template <class Cfg>
+void launch_dense(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
   DenseProblem pr = in;
-  using Cfg = DenseWgmma;
   pr.set_tiles(Cfg::BM, lin::wgmma_block_n<Cfg, false>(), batch);
   if (pr.items > 0x7fffffff) throw Error("linear_f16: too many tiles (" + std::to_string(pr.items) + ")");
   auto kernel = lin::linear_wgmma_kernel<Cfg, DenseProblem>;
@@ -71,14 +77,22 @@ void launch_dense_wgmma(const DenseProblem& in, int64_t batch, cudaStream_t stre
   kernel<<<static_cast<unsigned>(pr.items), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(pr);
   FT_CUDA_CHECK_LAUNCH();
 }
+}  // namespace
+
+void launch_dense_wgmma(const DenseProblem& pr, int64_t batch, cudaStream_t stream) {
+  if (overlap()) launch_dense<DenseWgmmaOverlap>(pr, batch, stream);
+  else launch_dense<DenseWgmma>(pr, batch, stream);
+}
 
 }  // namespace ft::cuda
 
 namespace ft::cuda {
 void launch_grouped_wgmma(const GateUpProblem& pr, int64_t tiles_bound, cudaStream_t stream) {
-  launch_grouped(pr, tiles_bound, stream);
+  if (overlap()) launch_grouped<DenseWgmmaOverlap>(pr, tiles_bound, stream);
+  else launch_grouped<DenseWgmma>(pr, tiles_bound, stream);
 }
 void launch_grouped_wgmma(const DownProblem& pr, int64_t tiles_bound, cudaStream_t stream) {
-  launch_grouped(pr, tiles_bound, stream);
+  if (overlap()) launch_grouped<DenseWgmmaOverlap>(pr, tiles_bound, stream);
+  else launch_grouped<DenseWgmma>(pr, tiles_bound, stream);
 }
 }  // namespace ft::cuda
