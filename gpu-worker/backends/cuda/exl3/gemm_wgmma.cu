@@ -11,6 +11,7 @@
 namespace ft::cuda::exl3dev {
 namespace {
 
+constexpr int kMaxDevices = 64;
 std::atomic<int> g_policy{policy_from_env("FLASHTIER_EXL3_WGMMA")};
 std::atomic<unsigned long long> g_launches{0};
 
@@ -28,18 +29,26 @@ void launch_cb(const LinearArgs& a, cudaStream_t stream) {
 
 bool wgmma_prefill() {
   if (g_policy.load(std::memory_order_relaxed) != 2) return false;  // Auto: off until measured
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  // Per device (0 unknown, 1 yes, 2 no): a host may mix an H100 with other cards.
+  static std::atomic<int> known[kMaxDevices];
+  int k = known[dev].load(std::memory_order_relaxed);
+  if (k == 0) {
+    int major = 0, minor = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (major != 9 || minor != 0) return false;
-    cudaFuncAttributes attr{};
-    const bool loads = cudaFuncGetAttributes(&attr, exl3_gemm_wgmma_kernel<3, 2>) == cudaSuccess;
-    if (!loads) (void)cudaGetLastError();
-    return loads && smem_fits(wg_smem_bytes<8>());
-  }();
-  return ok;
+    bool ok = major == 9 && minor == 0;
+    if (ok) {
+      cudaFuncAttributes attr{};
+      ok = cudaFuncGetAttributes(&attr, exl3_gemm_wgmma_kernel<3, 2>) == cudaSuccess;
+      if (!ok) (void)cudaGetLastError();
+      ok = ok && smem_fits(wg_smem_bytes<8>());
+    }
+    k = ok ? 1 : 2;
+    known[dev].store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
 }
 void set_wgmma_prefill(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
 int wgmma_prefill_policy() { return g_policy.load(std::memory_order_relaxed); }
@@ -49,12 +58,7 @@ void count_wgmma_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); 
 void launch_gemm_wgmma(int K, int cb, const LinearArgs& a, cudaStream_t stream) {
   count_wgmma_launch();
   dispatch_k(K, [&](auto k) {
-    constexpr int KK = decltype(k)::value;
-    switch (cb) {
-      case 0: return launch_cb<KK, 0>(a, stream);
-      case 1: return launch_cb<KK, 1>(a, stream);
-      default: return launch_cb<KK, 2>(a, stream);
-    }
+    dispatch_cb(cb, [&](auto c) { launch_cb<decltype(k)::value, decltype(c)::value>(a, stream); });
   });
 }
 

@@ -35,10 +35,11 @@ constexpr size_t wg_smem_bytes() {
   return (stages > tile ? stages : tile) + 1024;
 }
 
-// The CTA's dynamic shared memory rounded up to 1024 bytes (the swizzle atom).
+// The CTA's dynamic shared memory rounded up to 1024 bytes (the swizzle atom) in the shared
+// window's own addresses, which are what the swizzle and the wgmma descriptors see.
 __device__ __forceinline__ uint32_t* smem_align1024(uint32_t* raw) {
-  const uintptr_t p = reinterpret_cast<uintptr_t>(raw);
-  return reinterpret_cast<uint32_t*>((p + 1023) & ~static_cast<uintptr_t>(1023));
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+  return raw + (((a + 1023u) & ~1023u) - a) / 4;
 }
 
 #if FT_HAVE_WGMMA

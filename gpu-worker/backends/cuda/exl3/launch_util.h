@@ -22,6 +22,17 @@ decltype(auto) dispatch_k(int K, F&& f) {
   }
 }
 
+// f(std::integral_constant<int, CB>{}) for a run-time codebook 0 (3INST), 1 (MCG) or anything
+// else (MUL1): how a launcher reaches the kernels instantiated per codebook.
+template <class F>
+decltype(auto) dispatch_cb(int cb, F&& f) {
+  switch (cb) {
+    case 0: return f(std::integral_constant<int, 0>{});
+    case 1: return f(std::integral_constant<int, 1>{});
+    default: return f(std::integral_constant<int, 2>{});
+  }
+}
+
 // Multiprocessors of the current device (queried once per device; grid caps only, never results).
 int sm_count();
 

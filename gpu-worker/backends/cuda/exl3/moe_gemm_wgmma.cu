@@ -23,12 +23,7 @@ void launch_cb(int grid, const MoeArgs& a, cudaStream_t stream) {
 void launch_moe_gemm_wgmma(int K, int cb, int grid, const MoeArgs& a, cudaStream_t stream) {
   count_wgmma_launch();
   dispatch_k(K, [&](auto k) {
-    constexpr int KK = decltype(k)::value;
-    switch (cb) {
-      case 0: return launch_cb<KK, 0>(grid, a, stream);
-      case 1: return launch_cb<KK, 1>(grid, a, stream);
-      default: return launch_cb<KK, 2>(grid, a, stream);
-    }
+    dispatch_cb(cb, [&](auto c) { launch_cb<decltype(k)::value, decltype(c)::value>(grid, a, stream); });
   });
 }
 

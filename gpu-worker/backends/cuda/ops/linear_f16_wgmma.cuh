@@ -151,8 +151,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_kernel(const P 
         }
       }
     }
+    wgmma_wait<0>();  // (single chain: already drained at the last chunk's end; explicit for ptxas)
     if constexpr (Cfg::kOverlap) {
-      wgmma_wait<0>();
       if (pending) {
         if (pending_odd) fold_read(chain2);
         else fold_read(chain);

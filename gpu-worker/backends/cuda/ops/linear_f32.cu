@@ -334,11 +334,10 @@ __global__ void __launch_bounds__(256) linear_f32_fold_kernel(const TiledArgs a,
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
 template <bool BF16, bool VEC, bool CLUSTER>
-cudaError_t launch_decode(const DecodeArgs& a, int threads, size_t smem, cudaStream_t stream) {
+cudaError_t launch_decode(const DecodeArgs& a, int threads, size_t smem, bool early, cudaStream_t stream) {
   auto kernel = linear_f32_decode_kernel<BF16, VEC, CLUSTER>;
   lin::prepare_kernel(reinterpret_cast<const void*>(kernel), threads, smem);
   const dim3 grid(static_cast<unsigned>((a.out + a.no - 1) / a.no), static_cast<unsigned>(a.cs));
-  const bool early = chain_programmatic();
   if constexpr (!CLUSTER) {
     if (!early) {
       kernel<<<grid, threads, smem, stream>>>(a);
@@ -366,8 +365,10 @@ cudaError_t launch_decode(const DecodeArgs& a, int threads, size_t smem, cudaStr
   }
 }
 
+// early: started early (chain_programmatic, and no stream memory operation ahead: the caller
+// takes that mark once, so the cluster fallback below launches the same way).
 template <bool BF16, bool VEC>
-void run_decode(DecodeArgs a, cudaStream_t stream) {
+void run_decode(DecodeArgs a, bool early, cudaStream_t stream) {
   const lin::DeviceLimits& dev = lin::current_device_limits();
   static thread_local bool cluster_failed = false;  // a device that refused a cluster launch once
   const bool cluster = dev.cc_major >= 9 && a.blocks > 1 && !cluster_failed;
@@ -381,16 +382,16 @@ void run_decode(DecodeArgs a, cudaStream_t stream) {
   const int threads = static_cast<int>(std::min<int64_t>(256, (static_cast<int64_t>(a.no) * spc + 31) / 32 * 32));
   const size_t smem = static_cast<size_t>(a.no) * (spc + a.bpc) * kDecodeRows * sizeof(float);
   if (a.cs > 1) {
-    const cudaError_t e = launch_decode<BF16, VEC, true>(a, threads, smem, stream);
+    const cudaError_t e = launch_decode<BF16, VEC, true>(a, threads, smem, early, stream);
     if (e == cudaSuccess) return;
     // A cluster configuration the device cannot schedule: fall back to one block per output
     // group (same order of operations, so the same bits).
     (void)cudaGetLastError();
     cluster_failed = true;
-    run_decode<BF16, VEC>(a, stream);
+    run_decode<BF16, VEC>(a, early, stream);
     return;
   }
-  FT_CUDA_CHECK((launch_decode<BF16, VEC, false>(a, threads, smem, stream)));
+  FT_CUDA_CHECK((launch_decode<BF16, VEC, false>(a, threads, smem, early, stream)));
 }
 
 }  // namespace
@@ -427,8 +428,9 @@ void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, 
     a.blocks = (segs + kSegsPerBlock - 1) / kSegsPerBlock;
     // The 16-byte weight loads of a full segment also need 16-byte aligned bf16 rows.
     const bool vec = x_vec && w_vec && (!L.w_bf16 || (L.in % 8 == 0 && aligned(L.w, 16)));
-    if (L.w_bf16) vec ? run_decode<true, true>(a, stream) : run_decode<true, false>(a, stream);
-    else vec ? run_decode<false, true>(a, stream) : run_decode<false, false>(a, stream);
+    const bool early = !take_stream_memop(stream) && chain_programmatic();
+    if (L.w_bf16) vec ? run_decode<true, true>(a, early, stream) : run_decode<true, false>(a, early, stream);
+    else vec ? run_decode<false, true>(a, early, stream) : run_decode<false, false>(a, early, stream);
     return;
   }
   TiledArgs a{L.w, L.bias, accumulate, x, ld_x, rows, y, ld_y, L.out, L.in, segs, nullptr};
