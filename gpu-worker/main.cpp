@@ -187,9 +187,13 @@ int main(int argc, char** argv) {
     std::cerr << "flashtier-gpu-worker: cannot listen on " << listen << "\n";
     return 1;
   }
-  std::cerr << "gpu-worker: listening on port " << port << (tls_cert.empty() ? "" : " (TLS)") << std::endl;
+  // The handlers before the line that says the worker is up: whoever waits for that line may
+  // signal at once (a signal between the two used to kill the worker instead of draining it).
   std::signal(SIGTERM, [](int) { g_signals.fetch_add(1); });
   std::signal(SIGINT, [](int) { g_signals.fetch_add(1); });
+  // One write (std::cerr is unbuffered: each << would be its own).
+  std::cerr << ("gpu-worker: listening on port " + std::to_string(port) + (tls_cert.empty() ? "" : " (TLS)") + "\n")
+            << std::flush;
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   // Drain: the running generations finish (a second signal or the timeout cuts them short).
   service.begin_drain();
