@@ -9,20 +9,25 @@
 
 namespace ft::cuda {
 
-// Attributes asked for here are never 0 on a real device (0 marks "not yet queried").
 template <cudaDeviceAttr Attr>
 int current_device_attribute() {
   constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];
+  static std::atomic<int> cache[kMaxDevices];  // value + 1; 0 marks "not yet queried"
   int dev = 0;
   FT_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 0 || dev >= kMaxDevices) dev = 0;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    FT_CUDA_CHECK(cudaDeviceGetAttribute(&v, Attr, dev));
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
+  const int c = cache[dev].load(std::memory_order_relaxed);
+  if (c != 0) return c - 1;
+  int v = 0;
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&v, Attr, dev));
+  cache[dev].store(v + 1, std::memory_order_relaxed);
   return v;
+}
+
+// Compute capability 9.0 exactly: the only devices sm_90a code (wgmma) runs on.
+inline bool current_device_is_sm90() {
+  return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&
+         current_device_attribute<cudaDevAttrComputeCapabilityMinor>() == 0;
 }
 
 }  // namespace ft::cuda

@@ -9,8 +9,6 @@
 // it on; sm_90+ only.
 #include <cuda_runtime.h>
 
-#include <cstdint>
-
 namespace ft::cuda {
 
 bool chain_programmatic();

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/device_attribute.h"
 #include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "gpu-worker/backends/cuda/exl3/gemm_wgmma.cuh"
 #include "gpu-worker/backends/cuda/exl3/launch_util.h"
@@ -11,7 +12,6 @@
 namespace ft::cuda::exl3dev {
 namespace {
 
-constexpr int kMaxDevices = 64;
 std::atomic<int> g_policy{policy_from_env("FLASHTIER_EXL3_WGMMA")};
 std::atomic<unsigned long long> g_launches{0};
 
@@ -29,26 +29,15 @@ void launch_cb(const LinearArgs& a, cudaStream_t stream) {
 
 bool wgmma_prefill() {
   if (g_policy.load(std::memory_order_relaxed) != 2) return false;  // Auto: off until measured
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
-  // Per device (0 unknown, 1 yes, 2 no): a host may mix an H100 with other cards.
-  static std::atomic<int> known[kMaxDevices];
-  int k = known[dev].load(std::memory_order_relaxed);
-  if (k == 0) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    bool ok = major == 9 && minor == 0;
-    if (ok) {
-      cudaFuncAttributes attr{};
-      ok = cudaFuncGetAttributes(&attr, exl3_gemm_wgmma_kernel<3, 2>) == cudaSuccess;
-      if (!ok) (void)cudaGetLastError();
-      ok = ok && smem_fits(wg_smem_bytes<8>());
-    }
-    k = ok ? 1 : 2;
-    known[dev].store(k, std::memory_order_relaxed);
-  }
-  return k == 1;
+  if (!current_device_is_sm90() || !smem_fits(wg_smem_bytes<8>())) return false;
+  // The image: a property of the build, the same for every 9.0 device (asked on the first).
+  static const bool loads = [] {
+    cudaFuncAttributes attr{};
+    const bool ok = cudaFuncGetAttributes(&attr, exl3_gemm_wgmma_kernel<3, 2>) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    return ok;
+  }();
+  return loads;
 }
 void set_wgmma_prefill(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
 int wgmma_prefill_policy() { return g_policy.load(std::memory_order_relaxed); }

@@ -14,7 +14,7 @@
 #include "gpu-worker/backends/cuda/ops/linear_f16_dense.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
-#include "gpu-worker/backends/cuda/ops/linear_launch.h"
+#include "gpu-worker/backends/cuda/ops/linear_launch.cuh"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
@@ -53,10 +53,8 @@ template <class Cfg>
 void launch_tiled(DenseProblem pr, int64_t batch, cudaStream_t stream) {
   pr.set_tiles(Cfg::BM, lin::tiled_block_n<Cfg, false>(), batch);
   if (pr.items > 0x7fffffff) throw Error("linear_f16: too many tiles (" + std::to_string(pr.items) + ")");
-  auto kernel = lin::linear_tiled_kernel<Cfg, DenseProblem>;
-  lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
-  kernel<<<static_cast<unsigned>(pr.items), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(pr);
-  FT_CUDA_CHECK_LAUNCH();
+  lin::launch_items(lin::linear_tiled_kernel<Cfg, DenseProblem>, Cfg::kThreads, Cfg::kSmemBytes, pr.items, false,
+                    stream, pr);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

@@ -55,14 +55,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_tiled_kernel(const P 
   for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
     LinItem it;
     if (!p.load_item(idx, it)) continue;  // uniform over the block
-    Cfg::Loads::fill_rows(p, it, s_id, s_scale, tid);
-    __syncthreads();
-
     typename Cfg::Loads loads;
-    loads.init(p, it, s_id, tid);
-    auto load_stage = [&](int s) {
-      loads.load(sbase + static_cast<uint32_t>((s % STAGES) * Cfg::kStageBytes), s, kg, tid, policy);
-    };
+    loads.begin(p, it, s_id, s_scale, tid);
+    auto load_stage = [&](int s) { loads.load_slot(sbase, s, STAGES, kg, tid, policy); };
 
     float chain[MI][NI][4], total[MI][NI][4];
 #pragma unroll

@@ -8,10 +8,11 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/device_attribute.h"
 #include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "gpu-worker/backends/cuda/ops/linear_f16_dense.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.cuh"
-#include "gpu-worker/backends/cuda/ops/linear_launch.h"
+#include "gpu-worker/backends/cuda/ops/linear_launch.cuh"
 #include "gpu-worker/backends/cuda/ops/moe_dense_problems.cuh"
 #include "shared/core/error.h"
 
@@ -45,22 +46,16 @@ template <class Cfg, class Pr>
 void launch_grouped(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
   pr.block_n = lin::wgmma_block_n<Cfg, Pr::kSwiglu>();
   pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
-  auto kernel = lin::linear_wgmma_kernel<Cfg, Pr>;
-  const int per_sm = lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
-  const int64_t grid = std::min<int64_t>(tiles_bound * pr.n_blocks,
-                                         static_cast<int64_t>(per_sm) * lin::current_device_limits().sm_count);
-  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(pr);
-  FT_CUDA_CHECK_LAUNCH();
+  lin::launch_items(lin::linear_wgmma_kernel<Cfg, Pr>, Cfg::kThreads, Cfg::kSmemBytes, tiles_bound * pr.n_blocks, true,
+                    stream, pr);
 }
 
 }  // namespace
 
 namespace lin {
 bool linear_wgmma() {
-  if (g_policy.load(std::memory_order_relaxed) == 0) return false;
-  const DeviceLimits& d = current_device_limits();
-  if (d.cc_major != 9 || d.cc_minor != 0) return false;
-  return d.smem_optin >= DenseWgmma::kSmemBytes + 2048 && image_loads();
+  if (g_policy.load(std::memory_order_relaxed) == 0 || !current_device_is_sm90()) return false;
+  return current_device_limits().smem_optin >= DenseWgmma::kSmemBytes + 2048 && image_loads();
 }
 void set_linear_wgmma(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
 void set_linear_wgmma_overlap(int policy) { g_overlap.store(policy, std::memory_order_relaxed); }
@@ -72,10 +67,8 @@ void launch_dense(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
   DenseProblem pr = in;
   pr.set_tiles(Cfg::BM, lin::wgmma_block_n<Cfg, false>(), batch);
   if (pr.items > 0x7fffffff) throw Error("linear_f16: too many tiles (" + std::to_string(pr.items) + ")");
-  auto kernel = lin::linear_wgmma_kernel<Cfg, DenseProblem>;
-  lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
-  kernel<<<static_cast<unsigned>(pr.items), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(pr);
-  FT_CUDA_CHECK_LAUNCH();
+  lin::launch_items(lin::linear_wgmma_kernel<Cfg, DenseProblem>, Cfg::kThreads, Cfg::kSmemBytes, pr.items, false,
+                    stream, pr);
 }
 }  // namespace
 

@@ -38,6 +38,14 @@ struct StageLoads {
     }
   }
 
+  // An item begins: its row table filled and published to the block, then this thread's sources.
+  template <class P>
+  __device__ __forceinline__ void begin(const P& p, const LinItem& it, int32_t* s_id, float* s_scale, int tid) {
+    fill_rows(p, it, s_id, s_scale, tid);
+    __syncthreads();
+    init(p, it, s_id, tid);
+  }
+
   template <class P>
   __device__ __forceinline__ void init(const P& p, const LinItem& it, const int32_t* s_id, int tid) {
     u = tid & 7;
@@ -60,6 +68,12 @@ struct StageLoads {
       bok[m] = row != nullptr;
       bsrc[m] = (row ? row : it.w0) + 8 * u;
     }
+  }
+
+  // Stage s into its slot of a ring of `stages` slots starting at sbase.
+  __device__ __forceinline__ void load_slot(uint32_t sbase, int s, int stages, const KGeom& kg, int tid,
+                                            uint64_t policy) const {
+    load(sbase + static_cast<uint32_t>((s % stages) * kStageBytes), s, kg, tid, policy);
   }
 
   // Stage s (k ∈ [64 s, 64 s + 64)) into the slot at sa (A rows), sa + BM·128 (B rows).

@@ -20,7 +20,7 @@
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
-#include "gpu-worker/backends/cuda/ops/linear_launch.h"
+#include "gpu-worker/backends/cuda/ops/linear_launch.cuh"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "gpu-worker/backends/cuda/ops/moe_dense_problems.cuh"
 #include "shared/core/error.h"
@@ -95,24 +95,16 @@ void launch_grouped_skinny(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
   pr.block_n = lin::skinny_block_n<Cfg, Pr::kSwiglu>(wn);
   pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
   const size_t smem = lin::skinny_smem_bytes<Cfg>(pr.k.chunks, wn);
-  auto kernel = lin::linear_skinny_kernel<Cfg, Pr>;
-  const int per_sm = lin::prepare_kernel(reinterpret_cast<const void*>(kernel), lin::kSkinnyThreads, smem);
-  const int64_t grid = std::min<int64_t>(tiles_bound * pr.n_blocks,
-                                         static_cast<int64_t>(per_sm) * lin::current_device_limits().sm_count);
-  kernel<<<static_cast<unsigned>(grid), lin::kSkinnyThreads, smem, stream>>>(pr, wk);
-  FT_CUDA_CHECK_LAUNCH();
+  lin::launch_items(lin::linear_skinny_kernel<Cfg, Pr>, lin::kSkinnyThreads, smem, tiles_bound * pr.n_blocks, true,
+                    stream, pr, wk);
 }
 
 template <class Cfg, class Pr>
 void launch_grouped_tiled(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
   pr.block_n = lin::tiled_block_n<Cfg, Pr::kSwiglu>();
   pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
-  auto kernel = lin::linear_tiled_kernel<Cfg, Pr>;
-  const int per_sm = lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
-  const int64_t grid = std::min<int64_t>(tiles_bound * pr.n_blocks,
-                                         static_cast<int64_t>(per_sm) * lin::current_device_limits().sm_count);
-  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(pr);
-  FT_CUDA_CHECK_LAUNCH();
+  lin::launch_items(lin::linear_tiled_kernel<Cfg, Pr>, Cfg::kThreads, Cfg::kSmemBytes, tiles_bound * pr.n_blocks, true,
+                    stream, pr);
 }
 
 // Kernel family by tokens per call: an expert has at most n rows, so n ≤ 32 fits one skinny
