@@ -3,12 +3,14 @@
 # Nsight Compute on one launch of each tensor-core prefill kernel, as the benchmarks call them:
 #   dense  linear_tiled_kernel   (flashtier-bench-linear --quick)
 #   exl3   exl3_gemm_kernel      (flashtier-bench-exl3 --only prefill)
+#   densewg, exl3wg, moewg   the wgmma forms of the three (sm_90a)
 #   moe    exl3_moe_gemm_kernel  (flashtier-bench-exl3 --only moeprefill)
 #   gemv, gemvkda  exl3_gemv_kernel at batch 1, MLA o / KDA q/k/v, K=3 (not run unless named)
 # and prints throughput against peak (tensor pipe, issue, shared memory, DRAM), occupancy and
 # the warp stall reasons: whether a kernel is short of issue slots, of tensor-core rate, of
 # shared-memory bandwidth, or waits on latency with too few warps. PROFILE="dense exl3 moe"
-# picks kernels; logs go to $OUT (or .gpu-bundle/out).
+# picks kernels; NCU_SECTIONS adds sections (e.g. "--section SourceCounters": the instructions the
+# warps stall on); logs go to $OUT (or .gpu-bundle/out).
 set -uo pipefail
 # shellcheck source=tools/gpu/bundle_env.sh
 source "$(dirname "$0")/bundle_env.sh"
@@ -16,7 +18,7 @@ cd "$ROOT" || exit 1
 if [ -z "$NCU" ]; then echo "== ncu: not found"; exit 0; fi
 
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy --section SchedulerStats
-          --section WarpStateStats --section LaunchStats)
+          --section WarpStateStats --section LaunchStats ${NCU_SECTIONS:-})
 profile() {  # name kernel-regex skip binary args...
   local name=$1 kernel=$2 skip=$3
   shift 3
@@ -39,6 +41,10 @@ each() {
       dense) "$fn" dense linear_tiled_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
       exl3) "$fn" exl3 exl3_gemm_kernel 4 "$B/bin/flashtier-bench-exl3" --only prefill ;;
       moe) "$fn" moe exl3_moe_gemm_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
+      # Their wgmma forms (sm_90a; the EXL3 ones need FLASHTIER_EXL3_WGMMA=on until it is the default).
+      densewg) "$fn" densewg linear_wgmma_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
+      exl3wg) "$fn" exl3wg exl3_gemm_wgmma_kernel 4 "$B/bin/flashtier-bench-exl3" --only prefill ;;
+      moewg) "$fn" moewg exl3_moe_gemm_wgmma_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
       # The batch-1 GEMV at MLA o (16384→4096, K=3), eager calls after the first few.
       gemv) "$fn" gemv exl3_gemv_kernel 20 "$B/bin/flashtier-bench-exl3" --only gemv --gemv-shape "MLA o" --gemv-k 3 ;;
       # KDA q/k/v 4096→8192: the shape class of the KDA in-projection (4096→24,896).

@@ -207,6 +207,12 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0)
                : "memory");
 }
+// A 4-byte copy through L1 (cp.async's only size below 8), zero-filled when `valid` is false: for
+// stages whose words land apart from each other (the wgmma prefill's un-permuted rows).
+__device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bool valid) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0) : "memory");
+}
 // Dynamic shared memory starts after a kernel's static shared memory, 16-byte aligned. Trellis
 // stages must start on a 128-byte boundary: a cp.async whose shared destination is not at the
 // same offset inside its 128 bytes as its global source is split into 64-byte L2 requests

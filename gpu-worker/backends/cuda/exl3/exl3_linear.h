@@ -106,11 +106,12 @@ bool exl3_wide_prefill_pays(int64_t out_p, int64_t rows, int sms);
 // grouped MoE kernel's: exl3_moe_wide_prefill_fits in moe.h).
 bool exl3_wide_prefill_fits(int K);
 // The prefill kernels' narrow block on wgmma (sm_90a code, compute capability 9.0 devices;
-// gemm_wgmma.cuh), meant to give mma.sync's bits (a wgmma k16 step is an mma.sync k16 step's
-// arithmetic: measured for the dense kernel). Built in session 20 without device time left to
-// run it, so Auto (the default) is off for now; On runs it where the device loads it (the tests,
-// A/B); FLASHTIER_EXL3_WGMMA=off|auto|on sets the start. exl3_wgmma_prefill(): whether prefill
-// calls take it now. Launches are counted like the wide shape's.
+// gemm_wgmma.cuh), with mma.sync's bits (a wgmma k16 step is an mma.sync k16 step's arithmetic;
+// the prefill tests compare the two forms bit for bit on the GPU machine). Auto (the default) and
+// On run it where the device loads it, ahead of the wide shape (docs/perf.md, session 21: 4–7%
+// faster than the narrow and wide mma.sync blocks at 512–8192 rows); Off keeps mma.sync (A/B);
+// FLASHTIER_EXL3_WGMMA=off|auto|on sets the start. exl3_wgmma_prefill(): whether prefill calls
+// take it now. Launches are counted like the wide shape's.
 enum class Exl3Wgmma { Off = 0, Auto = 1, On = 2 };
 void exl3_set_wgmma_prefill(Exl3Wgmma policy);
 Exl3Wgmma exl3_wgmma_policy();

@@ -8,19 +8,21 @@
 // acc[g][i] of the narrow kernel), so gemm_block_store and every bit stay the same.
 //
 // B must be K-major and natural (16 consecutive inputs per k16 step), while the rows in global
-// memory are permuted for the skinny kernels' fragments (device.cuh, permuted_pos). Each thread
-// therefore stages activations through registers: a 16-byte load of chunk (32-input block,
-// lane quad q) holds inputs {2q, 2q+1, 2q+8, 2q+9} of the block's two k16 steps, and its four
-// words are stored where the 128-byte swizzled layout (ops/linear_mma.cuh, tile_offset) keeps
-// those inputs. A stage's rows are loaded one stage ahead and stored one stage ahead of use;
-// the trellis still streams with cp.async.
+// memory are permuted for the skinny kernels' fragments (device.cuh, permuted_pos): a 16-byte
+// chunk (32-input block, lane quad q) holds inputs {2q, 2q+1, 2q+8, 2q+9} of the block's two k16
+// steps, so each of its four words is copied by its own 4-byte cp.async to where the 128-byte
+// swizzled layout (ops/linear_mma.cuh, tile_offset) keeps those inputs. Rows and trellis of a
+// stage share a commit group, two stages ahead in a ring of four; the decode of stage st + 1
+// overlaps the tensor cores' group of stage st (gemm_block_sums_wgmma).
+#include <type_traits>
+
 #include "gpu-worker/backends/cuda/exl3/gemm_kernel.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_mma.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_wgmma.cuh"
 
 namespace ft::cuda::exl3dev {
 
-constexpr int kWgStages = 3;
+constexpr int kWgStages = 4;  // stage st + 2 is copied while group st − 1 may still read its rows
 constexpr int kWgXBytes = kGemmRows * 128;  // 16 KB of rows per stage (64 inputs each)
 
 template <int K>
@@ -28,11 +30,18 @@ constexpr int wg_stage_bytes() {  // rows first (1024-byte aligned for the swizz
   const int bytes = kWgXBytes + gemm_w_dwords<K, false>() * 4;
   return (bytes + 1023) / 1024 * 1024;
 }
+// The running sums live in shared memory ([g][i][thread], each thread its own words, written once
+// a chunk): in registers beside the chain and two A buffers they pushed the block past 255.
+constexpr int kWgTotBytes = kGemmGroups * 4 * GemmShape<false>::kThreads * 4;  // 64 KB
+template <int K>
+constexpr size_t wg_region_bytes() {  // the stages, or the epilogue's [64][128] tile after them
+  const size_t stages = size_t{kWgStages} * wg_stage_bytes<K>();
+  const size_t tile = size_t{64} * 128 * 4;
+  return stages > tile ? stages : tile;
+}
 template <int K>
 constexpr size_t wg_smem_bytes() {
-  const size_t stages = size_t{kWgStages} * wg_stage_bytes<K>();
-  const size_t tile = size_t{64} * 128 * 4;  // gemm_block_store's [64][128] tile
-  return (stages > tile ? stages : tile) + 1024;
+  return wg_region_bytes<K>() + kWgTotBytes + 1024;
 }
 
 // The CTA's dynamic shared memory rounded up to 1024 bytes (the swizzle atom) in the shared
@@ -43,35 +52,25 @@ __device__ __forceinline__ uint32_t* smem_align1024(uint32_t* raw) {
 }
 
 #if FT_HAVE_WGMMA
-// Rows [row0, row0 + 128) of a 64-input stage: thread `tid` holds chunks q = tid + 256 m (row
-// q / 8, chunk q % 8 = 4·block + quad), zeros at or past row_end.
-struct WgRows {
-  uint4 v[4];
-  __device__ __forceinline__ void load(const __half* __restrict__ xh, int64_t in_p, int64_t row0, int64_t row_end,
-                                       int s, int tid) {
+// Rows [row0, row0 + 128) of 64-input stage s into its swizzled slot, zeros at or past row_end:
+// thread `tid` copies chunks q = tid + 256 m (row q / 8, chunk q % 8 = 4·block + quad). Word d of
+// a chunk (block b, quad q) holds inputs 2q, 2q+1 (+ 8 for odd d) of the stage's step 2b + d / 2
+// — byte 32·step + 16·(d % 2) + 4q of the row in natural order — so each word is its own 4-byte
+// cp.async (no registers held across the stage, the copy in the trellis' commit group).
+__device__ __forceinline__ void wg_issue_rows(unsigned char* x, const __half* __restrict__ xh, int64_t in_p,
+                                              int64_t row0, int64_t row_end, int s, int tid) {
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int q = tid + 256 * m, n = q >> 3, c = q & 7;
-      const int64_t row = row0 + n;
-      v[m] = row < row_end ? *reinterpret_cast<const uint4*>(xh + row * in_p + static_cast<int64_t>(s) * 64 + 8 * c)
-                           : make_uint4(0u, 0u, 0u, 0u);
+  for (int m = 0; m < 4; ++m) {
+    const int q = tid + 256 * m, n = q >> 3, c = q & 7, b = c >> 2, quad = c & 3;
+    const bool valid = row0 + n < row_end;
+    const __half* src = xh + (valid ? row0 + n : row0) * in_p + static_cast<int64_t>(s) * 64 + 8 * c;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) {
+      const int unit = 2 * (2 * b + (d >> 1)) + (d & 1);
+      cp_async4_zfill(x + lin::tile_offset(n, unit) + 4 * quad, src + 2 * d, valid);
     }
   }
-  // Word d of chunk (block b, quad q): step 2b + d / 2 of the stage, inputs 2q, 2q+1 (+ 8 for
-  // odd d) — byte 32·step + 16·(d % 2) + 4q of the row in natural order.
-  __device__ __forceinline__ void store(unsigned char* x, int tid) const {
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int q = tid + 256 * m, n = q >> 3, c = q & 7, b = c >> 2, quad = c & 3;
-      const uint32_t w[4] = {v[m].x, v[m].y, v[m].z, v[m].w};
-#pragma unroll
-      for (int d = 0; d < 4; ++d) {
-        const int unit = 2 * (2 * b + (d >> 1)) + (d & 1);
-        *reinterpret_cast<uint32_t*>(x + lin::tile_offset(n, unit) + 4 * quad) = w[d];
-      }
-    }
-  }
-};
+}
 
 // gemm_block_sums (narrow) on wgmma: the same running sums in `tot`, the same contract.
 template <int K, int CB>
@@ -85,7 +84,6 @@ __device__ __forceinline__ void gemm_block_sums_wgmma(const uint32_t* __restrict
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int pw = warp >> 1;
   const int n_stages = static_cast<int>(in_p / 16 / kGemmSteps);
-  const bool upper = row_end - row0 > kGemmRows / 2;  // uniform over the CTA
   unsigned char* const base = reinterpret_cast<unsigned char*>(smem);
   auto x_slot = [&](int s) { return base + (s % kWgStages) * kStageBytes; };
   auto w_slot = [&](int s) { return reinterpret_cast<uint32_t*>(x_slot(s) + kWgXBytes); };
@@ -109,59 +107,76 @@ __device__ __forceinline__ void gemm_block_sums_wgmma(const uint32_t* __restrict
 #pragma unroll
   for (int g = 0; g < kGemmGroups; ++g)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[4 * g + i] = 0.0f, tot[g][i] = 0.0f;
+    for (int i = 0; i < 4; ++i) acc[4 * g + i] = 0.0f;
+  float* const tot_s = reinterpret_cast<float*>(base + wg_region_bytes<K>()) + tid;
 
-  WgRows rows;
-  issue_w(0);
-  cp_async_commit();
-  if (n_stages > 1) issue_w(1);
-  cp_async_commit();
-  rows.load(xh, in_p, row0, row_end, 0, tid);
-  rows.store(x_slot(0), tid);
-  if (n_stages > 1) rows.load(xh, in_p, row0, row_end, 1, tid);
-
-  const int kc_stages = kc_steps / kGemmSteps;
-  for (int st = 0; st < n_stages; ++st) {
-    // Stage st's trellis landed (this thread's copies) and its rows were stored last iteration.
-    cp_async_wait<1>();
-    lin::fence_proxy_async_shared();
-    // One barrier per stage: stage st is visible to every warp, and every warp is done with
-    // stage st − 1 (its decode and its wgmma, waited for below), whose slots are rewritten next.
-    __syncthreads();
-    if (st + 1 < n_stages) rows.store(x_slot(st + 1), tid);
-    if (st + 2 < n_stages) {
-      issue_w(st + 2);
-      rows.load(xh, in_p, row0, row_end, st + 2, tid);
+  auto issue = [&](int s) {
+    if (s < n_stages) {
+      issue_w(s);
+      wg_issue_rows(x_slot(s), xh, in_p, row0, row_end, s, tid);
     }
     cp_async_commit();
+  };
+  issue(0);
+  issue(1);
+
+  // The tensor cores run stage st's group while the warps decode stage st + 1 into the other
+  // A buffer (registers an in-flight wgmma reads stay untouched: the buffer index is a
+  // compile-time constant of each half of the unrolled pair). A group stays pending across the
+  // next iteration's barrier; its slot is refilled two iterations later (kWgStages = 4), after
+  // every warpgroup's wait<1> has retired it. At a chunk's end the groups drain (wait<0>)
+  // before the fold reads the chain.
+  const int kc_stages = kc_steps / kGemmSteps;
+  uint32_t a[2][kGemmSteps][4];
+  auto stage = [&](auto buf_c, int st) {
+    constexpr int buf = decltype(buf_c)::value;
+    // Stage st landed (this thread's copies; stage st + 1's may still be in flight).
+    cp_async_wait<1>();
+    lin::fence_proxy_async_shared();
+    // One barrier per stage: stage st is visible to every warp, and every warpgroup has retired
+    // group st − 2 (its wait<1> last iteration) and decoded stage st − 2, so that slot takes
+    // stage st + 2.
+    __syncthreads();
+    issue(st + 2);
 
     const uint32_t* wst = w_slot(st) + pw * kPairStage;
-    uint32_t a[kGemmSteps][4];
 #pragma unroll
-    for (int j = 0; j < kGemmSteps; ++j) lane_fragment<K, CB>(wst + j * kStep, geo, 0, a[j]);
+    for (int j = 0; j < kGemmSteps; ++j) lane_fragment<K, CB>(wst + j * kStep, geo, 0, a[buf][j]);
     const uint32_t xs = lin::smem_addr(x_slot(st));
 #pragma unroll
     for (int q = 0; q < kGemmGroups * 4; ++q) lin::wgmma_fence_operand(acc[q]);
     lin::wgmma_fence();
-    if (upper) {
 #pragma unroll
-      for (int j = 0; j < kGemmSteps; ++j) lin::wgmma_m64n128k16_rs(acc, a[j], lin::wgmma_desc_sw128(xs + 32 * j));
-    } else {
-#pragma unroll
-      for (int j = 0; j < kGemmSteps; ++j) lin::wgmma_m64n64k16_rs(acc, a[j], lin::wgmma_desc_sw128(xs + 32 * j));
-    }
+    for (int j = 0; j < kGemmSteps; ++j) lin::wgmma_m64n128k16_rs(acc, a[buf][j], lin::wgmma_desc_sw128(xs + 32 * j));
     lin::wgmma_commit();
-    lin::wgmma_wait<0>();
-#pragma unroll
-    for (int q = 0; q < kGemmGroups * 4; ++q) lin::wgmma_fence_operand(acc[q]);
     if ((st + 1) % kc_stages == 0) {
+      lin::wgmma_wait<0>();
+#pragma unroll
+      for (int q = 0; q < kGemmGroups * 4; ++q) lin::wgmma_fence_operand(acc[q]);
       const bool first = st + 1 == kc_stages;
 #pragma unroll
       for (int g = 0; g < kGemmGroups; ++g)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) fold_chunk(tot[g][i], acc[4 * g + i], first);
+        for (int i = 0; i < 4; ++i) {
+          float t = first ? 0.0f : tot_s[(4 * g + i) * S::kThreads];
+          fold_chunk(t, acc[4 * g + i], first);
+          tot_s[(4 * g + i) * S::kThreads] = t;
+        }
+    } else {
+      lin::wgmma_wait<1>();
     }
+  };
+  for (int st = 0; st < n_stages; st += 2) {
+    stage(std::integral_constant<int, 0>{}, st);
+    if (st + 1 < n_stages) stage(std::integral_constant<int, 1>{}, st + 1);
   }
+  lin::wgmma_wait<0>();
+#pragma unroll
+  for (int q = 0; q < kGemmGroups * 4; ++q) lin::wgmma_fence_operand(acc[q]);
+#pragma unroll
+  for (int g = 0; g < kGemmGroups; ++g)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) tot[g][i] = tot_s[(4 * g + i) * S::kThreads];
   cp_async_wait<0>();
   __syncthreads();
 }
