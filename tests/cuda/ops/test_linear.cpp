@@ -424,20 +424,17 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     const DeviceRows d = stage_rows(X, s.rows, s.in);
     const int64_t ld_y = s.out + 3;
     const std::vector<float> y0 = randn(s.rows * ld_y, 17);
-    auto run = [&](int policy, LinearStore store, bool overlap = false) {
+    auto run = [&](int policy, LinearStore store) {
       lin::set_linear_wgmma(policy);
-      lin::set_linear_wgmma_overlap(overlap ? 2 : 0);
       DevBuf<float> y(y0);
       linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), ld_y, nullptr, store);
       lin::set_linear_wgmma(1);
-      lin::set_linear_wgmma_overlap(0);
       return y.download();
     };
     const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + ", rows " + std::to_string(s.rows);
     for (const LinearStore store : {LinearStore::Overwrite, LinearStore::Accumulate}) {
-      const std::vector<float> mma = run(0, store), wg = run(1, store), wg2 = run(1, store, true);
+      const std::vector<float> mma = run(0, store), wg = run(1, store);
       EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what;
-      EXPECT_EQ(bit_mismatches(wg2.data(), mma.data(), wg2.size()), 0u) << what << ": the two-chain form";
       if (store == LinearStore::Overwrite) {
         const std::vector<int64_t> rs = sample(s.rows, 40, 127), cs = sample(s.out, 100, 37);
         const auto want = reference_f16(w.host, d.xh.download(), d.ld, d.rs.download(), rs, cs, &bias);
@@ -456,19 +453,16 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     L.k_chunk = linear_k_chunk(in, out);
     const std::vector<float> X = test::lin::fast_uniform(batch * rows * in, 4, 2.0f, false);
     const DeviceRows d = stage_rows(X, batch * rows, in);
-    auto run = [&](int policy, bool overlap = false) {
+    auto run = [&](int policy) {
       lin::set_linear_wgmma(policy);
-      lin::set_linear_wgmma_overlap(overlap ? 2 : 0);
       DevBuf<float> y(static_cast<size_t>(batch * rows * out));
       linear_f16_batched(L, batch, out * ld, d.h(), ld, rows * ld, d.rs.get(), rows, rows, y.get(), out, rows * out,
                          nullptr);
       lin::set_linear_wgmma(1);
-      lin::set_linear_wgmma_overlap(0);
       return y.download();
     };
-    const std::vector<float> mma = run(0), wg = run(1), wg2 = run(1, true);
+    const std::vector<float> mma = run(0), wg = run(1);
     EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "batched groups";
-    EXPECT_EQ(bit_mismatches(wg2.data(), mma.data(), wg2.size()), 0u) << "batched groups, the two-chain form";
   }
 }
 

@@ -16,7 +16,7 @@ thread_local std::vector<cudaStream_t> t_memop_tails;  // streams whose last op 
 }  // namespace
 
 bool chain_programmatic() {
-  return g_chain.load(std::memory_order_relaxed) == 2 &&
+  return g_chain.load(std::memory_order_relaxed) != 0 &&
          current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
 }
 

@@ -3,16 +3,15 @@
 // dependent launch, core/programmatic.cuh): each then begins with chain_start(), so it touches
 // nothing before the kernel ahead has finished, and lets its own dependent launch at once. What
 // is saved is the launch latency between the ~1,600 dependent kernels of a decode step (H100,
-// session 20: batch 1 16.66 → 16.02 ms, the same bits in the engine's bit, batch-invariance and
-// greedy tests). Still off by default: the expert tier's decode graphs, where chained kernels
-// follow stream-memory-operation nodes, have not run with it yet. FLASHTIER_CHAIN_PDL=on turns
-// it on; sm_90+ only.
+// session 20: batch 1 16.66 → 16.02 ms), with the same bits (the engine's bit, batch-invariance
+// and greedy tests; session 21: the whole gpu suite, the expert tier's decode graphs included).
+// On by default on sm_90+ (Auto and On); FLASHTIER_CHAIN_PDL=off for A/B.
 #include <cuda_runtime.h>
 
 namespace ft::cuda {
 
 bool chain_programmatic();
-void set_chain_programmatic(int policy);  // 0 off, 1 auto (= off for now), 2 on (tests, A/B)
+void set_chain_programmatic(int policy);  // 0 off, 1 auto (= on), 2 on (tests, A/B)
 
 // A stream memory operation (core/stream_memops.h) marks its stream for the calling thread; the
 // next launch there through launch_maybe_early starts plainly whatever it asked, and clears the

@@ -21,13 +21,8 @@ namespace {
 
 // 5 stages (161 KB): three stages in flight while one computes and one waits for reuse.
 using DenseWgmma = lin::WgmmaCfg<5>;
-// The same with two chains and no drain at chunk ends (linear_f16_wgmma.cuh, OVERLAP): built
-// without device time to check or measure it, so only with FLASHTIER_LINEAR_WGMMA_OVERLAP=on.
-using DenseWgmmaOverlap = lin::WgmmaCfg<5, true>;
 
 std::atomic<int> g_policy{policy_from_env("FLASHTIER_LINEAR_WGMMA")};
-std::atomic<int> g_overlap{policy_from_env("FLASHTIER_LINEAR_WGMMA_OVERLAP")};
-bool overlap() { return g_overlap.load(std::memory_order_relaxed) == 2; }
 
 bool image_loads() {
   // cudaFuncGetAttributes fails where no image of the kernel suits the device (anything but
@@ -58,7 +53,6 @@ bool linear_wgmma() {
   return current_device_limits().smem_optin >= DenseWgmma::kSmemBytes + 2048 && image_loads();
 }
 void set_linear_wgmma(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
-void set_linear_wgmma_overlap(int policy) { g_overlap.store(policy, std::memory_order_relaxed); }
 }  // namespace lin
 
 namespace {
@@ -73,19 +67,16 @@ void launch_dense(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
 }  // namespace
 
 void launch_dense_wgmma(const DenseProblem& pr, int64_t batch, cudaStream_t stream) {
-  if (overlap()) launch_dense<DenseWgmmaOverlap>(pr, batch, stream);
-  else launch_dense<DenseWgmma>(pr, batch, stream);
+  launch_dense<DenseWgmma>(pr, batch, stream);
 }
 
 }  // namespace ft::cuda
 
 namespace ft::cuda {
 void launch_grouped_wgmma(const GateUpProblem& pr, int64_t tiles_bound, cudaStream_t stream) {
-  if (overlap()) launch_grouped<DenseWgmmaOverlap>(pr, tiles_bound, stream);
-  else launch_grouped<DenseWgmma>(pr, tiles_bound, stream);
+  launch_grouped<DenseWgmma>(pr, tiles_bound, stream);
 }
 void launch_grouped_wgmma(const DownProblem& pr, int64_t tiles_bound, cudaStream_t stream) {
-  if (overlap()) launch_grouped<DenseWgmmaOverlap>(pr, tiles_bound, stream);
-  else launch_grouped<DenseWgmma>(pr, tiles_bound, stream);
+  launch_grouped<DenseWgmma>(pr, tiles_bound, stream);
 }
 }  // namespace ft::cuda

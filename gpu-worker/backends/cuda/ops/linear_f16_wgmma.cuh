@@ -21,17 +21,9 @@
 
 namespace ft::cuda::lin {
 
-// OVERLAP: two chain accumulator sets alternating by chunk. A chunk's chain starts with wgmma's
-// scale-d = 0 (D = A·Bᵀ) instead of zeroed registers, and its fold only reads it, once the next
-// chunk's first group is issued and this chunk's last is done (wgmma.wait_group 1): no pipeline
-// drain at chunk ends, and no non-wgmma write to an accumulator while a group is pending (which
-// makes ptxas serialize every wgmma, C7515). Same bits if a scale-d = 0 start equals a chain from
-// a zero accumulator (tools/gpu/experiments/wgmma_bits.cu checks that); off unless
-// FLASHTIER_LINEAR_WGMMA_OVERLAP=on until measured.
-template <int STAGES_, bool OVERLAP_ = false>
+template <int STAGES_>
 struct WgmmaCfg {
   static constexpr int BM = 128, BN = 128, STAGES = STAGES_;
-  static constexpr bool kOverlap = OVERLAP_;
   static constexpr int kThreads = 256;
   // One warpgroup multiplies all BN columns: SwiGLU's gate/up interleave spans the whole tile.
   using Loads = StageLoads<BM, BN, kThreads, BN>;
@@ -72,17 +64,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_kernel(const P 
     loads.begin(p, it, s_id, s_scale, tid);
     auto load_stage = [&](int s) { loads.load_slot(sbase, s, STAGES, kg, tid, policy); };
 
-    float chain[64], chain2[64], total[64];
+    float chain[64], total[64];
 #pragma unroll
-    for (int q = 0; q < 64; ++q) chain[q] = 0.0f, chain2[q] = 0.0f, total[q] = 0.0f;
-    bool pending = false, pending_odd = false;  // OVERLAP: a finished chunk whose fold is due
-    auto fold_read = [&](float(&acc)[64]) {       // total += P_c, the chain left as it is
-#pragma unroll
-      for (int q = 0; q < 64; ++q) {
-        wgmma_fence_operand(acc[q]);
-        total[q] = __fadd_rn(total[q], acc[q]);
-      }
-    };
+    for (int q = 0; q < 64; ++q) chain[q] = 0.0f, total[q] = 0.0f;
 
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
@@ -104,55 +88,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_kernel(const P 
       const int c = s / spc;
       const int64_t kb = static_cast<int64_t>(kStageK) * s, kend = chunk_end(kg, c);
       const bool ends = s == nst - 1 || (s + 1) % spc == 0;  // chunk c ends here
-      // This stage's k16 steps into acc; `starts`: the first one begins the chunk's chain (D = A·Bᵀ).
-      auto issue = [&](float(&acc)[64], bool starts) {
+      // This stage's k16 steps into the chain (zeroed at the last fold).
 #pragma unroll
-        for (int q = 0; q < 64; ++q) wgmma_fence_operand(acc[q]);
-        wgmma_fence();
-        if (kb + kStageK <= kend) {
+      for (int q = 0; q < 64; ++q) wgmma_fence_operand(chain[q]);
+      wgmma_fence();
+      if (kb + kStageK <= kend) {
 #pragma unroll
-          for (int j = 0; j < kStageK / 16; ++j)
-            wgmma_m64n128k16(acc, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j), !starts || j > 0);
-        } else {  // the last chunk's last stage: its k16 steps up to the chunk's end
-          const int steps = static_cast<int>((kend - kb + 15) / 16);
-          for (int j = 0; j < steps; ++j)
-            wgmma_m64n128k16(acc, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j), !starts || j > 0);
+        for (int j = 0; j < kStageK / 16; ++j)
+          wgmma_m64n128k16(chain, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j), true);
+      } else {  // the last chunk's last stage: its k16 steps up to the chunk's end
+        const int steps = static_cast<int>((kend - kb + 15) / 16);
+        for (int j = 0; j < steps; ++j)
+          wgmma_m64n128k16(chain, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j), true);
+      }
+      wgmma_commit();
+      if (ends) {  // chunk c ends: total += P_c, next chain from 0
+        wgmma_wait<0>();
+#pragma unroll
+        for (int q = 0; q < 64; ++q) {
+          wgmma_fence_operand(chain[q]);
+          total[q] = __fadd_rn(total[q], chain[q]);
+          chain[q] = 0.0f;
         }
-        wgmma_commit();
-      };
-      if constexpr (Cfg::kOverlap) {
-        const bool odd = c & 1, starts = s % spc == 0;
-        if (odd) issue(chain2, starts);
-        else issue(chain, starts);
-        wgmma_wait<1>();  // the group before this one — the last of a finished chunk — is done
-        if (pending) {
-          if (pending_odd) fold_read(chain2);
-          else fold_read(chain);
-          pending = false;
-        }
-        if (ends) pending = true, pending_odd = odd;
       } else {
-        issue(chain, false);  // chains start from registers zeroed at the fold
-        if (ends) {           // chunk c ends: total += P_c, next chain from 0
-          wgmma_wait<0>();
-#pragma unroll
-          for (int q = 0; q < 64; ++q) {
-            wgmma_fence_operand(chain[q]);
-            total[q] = __fadd_rn(total[q], chain[q]);
-            chain[q] = 0.0f;
-          }
-        } else {
-          wgmma_wait<1>();
-        }
+        wgmma_wait<1>();
       }
     }
-    wgmma_wait<0>();  // (single chain: already drained at the last chunk's end; explicit for ptxas)
-    if constexpr (Cfg::kOverlap) {
-      if (pending) {
-        if (pending_odd) fold_read(chain2);
-        else fold_read(chain);
-      }
-    }
+    wgmma_wait<0>();  // already drained at the last chunk's end; explicit for ptxas
     cp_async_wait<0>();
 
     // Epilogue: element 4i + 2h + e of the warpgroup's 64 × 128 tile sits at row

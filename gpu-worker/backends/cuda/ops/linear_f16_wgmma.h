@@ -18,9 +18,6 @@ namespace lin {
 // set_linear_wgmma for tests and A/B: 0 off, else on).
 bool linear_wgmma();
 void set_linear_wgmma(int policy);
-// Its two-chain form (no pipeline drain at chunk ends; linear_f16_wgmma.cuh, OVERLAP): 2 on, else
-// off (the default until a GPU run has checked its bits and speed; FLASHTIER_LINEAR_WGMMA_OVERLAP).
-void set_linear_wgmma_overlap(int policy);
 }  // namespace lin
 
 // Launches the dense problem (rows_per_item, block_n, … filled here) on the wgmma kernel.
