@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
     std::printf("HBM read bandwidth (measured): %.0f GB/s\n", hbm);
     const ModelConfig cfg = synthetic_config("\"n_routed_experts\": " + std::to_string(experts) +
                                              ", \"num_hidden_layers\": " + std::to_string(layers));
-    const int64_t max_prefill = *std::max_element(prefills.begin(), prefills.end());
+    const int64_t max_prefill = bench::max_or(prefills, 0);
     CudaEngineOptions o;
-    o.max_sequences = static_cast<int>(*std::max_element(batches.begin(), batches.end()));
+    o.max_sequences = static_cast<int>(bench::max_or(batches, 1));
     o.max_tokens_per_step = std::max<int64_t>(max_prefill, 2048);
     o.context_size = std::max(context + steps + 64, max_prefill + 64);
     o.precision = "fp16";  // the tensor-core path (the product's, for EXL3 checkpoints)

@@ -151,7 +151,7 @@ void bench_shape(int64_t out, int64_t in, const std::vector<int64_t>& row_counts
     w[i] = dalloc<__half>(out * in8);
     fill(w[i], out * in8, 17 + i);
   }
-  const int64_t max_rows = *std::max_element(row_counts.begin(), row_counts.end());
+  const int64_t max_rows = bench::max_or(row_counts, 1);
   __half* xh = dalloc<__half>(max_rows * in8);
   fill(xh, max_rows * in8, 5);
   float* rs = dalloc<float>(max_rows);
@@ -211,7 +211,7 @@ void bench_moe(const std::vector<int64_t>& tokens, const Bandwidth& bw, cudaStre
   constexpr int E = 8, top_k = 8;
   constexpr int64_t D = 4096, I = 2048;
   constexpr int sets = 2;
-  const int64_t max_n = *std::max_element(tokens.begin(), tokens.end());
+  const int64_t max_n = bench::max_or(tokens, 1);
   std::vector<DenseExpert*> experts(sets);
   std::vector<__half*> wmem(sets);
   const size_t per_expert = 3 * static_cast<size_t>(I * D);

@@ -798,7 +798,7 @@ int main(int argc, char** argv) {
     S.cpu_tier = remote.get();
 
     std::vector<Row> rows;
-    const int max_b = static_cast<int>(*std::max_element(batches.begin(), batches.end()));
+    const int max_b = static_cast<int>(bench::max_or(batches, 1));
     std::vector<int64_t> short_prefills, long_prefills;
     for (int64_t p : prefills) (p <= 8192 ? short_prefills : long_prefills).push_back(p);
     std::printf("prefill chunk %lld tokens per step\n", static_cast<long long>(S.chunk));

@@ -17,6 +17,11 @@ inline std::vector<int64_t> parse_list(const std::string& s) {
   return v;
 }
 
+// The largest element, or `empty` for an empty list ("--prefill ''" measures no prefill).
+inline int64_t max_or(const std::vector<int64_t>& v, int64_t empty) {
+  return v.empty() ? empty : *std::max_element(v.begin(), v.end());
+}
+
 // "a,b,,c" → {"a", "b", "c"} (empty elements dropped; "" → {}).
 inline std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
