@@ -38,13 +38,16 @@ __device__ void b_frag(const __half* Bt, int k0, uint32_t& b0, uint32_t& b1) {
   b1 = pack(b + 8, b + 9);
 }
 
+// ZERO: the chain starts from a zero accumulator instead of C.
+template <bool ZERO = false>
 __global__ void mma_chain(const __half* A, const __half* Bt, const float* C, float* D) {
   const __half* a_ = A + (size_t)blockIdx.x * M * K;
   const __half* b_ = Bt + (size_t)blockIdx.x * N * K;
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   int r = warp * 16 + g;
   const float* c = C + (size_t)blockIdx.x * M * N;
-  float d[4] = {c[r * N + 2 * t], c[r * N + 2 * t + 1], c[(r + 8) * N + 2 * t], c[(r + 8) * N + 2 * t + 1]};
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  if (!ZERO) d[0] = c[r * N + 2 * t], d[1] = c[r * N + 2 * t + 1], d[2] = c[(r + 8) * N + 2 * t], d[3] = c[(r + 8) * N + 2 * t + 1];
   for (int s = 0; s < KS; ++s) {
     uint32_t a[4], b0, b1;
     a_frag(a_, warp * 16, s * 16, a);
@@ -133,27 +136,9 @@ __global__ void wgmma_chain(const __half* A, const __half* Bt, const float* C, f
 }
 
 
-// From zero: mma.sync chain from a zero accumulator vs wgmma whose first step has scale-d = 0
-// (the accumulator registers hold garbage-free C but are ignored), then the same chain.
-__global__ void mma_chain_zero(const __half* A, const __half* Bt, const float*, float* D) {
-  const __half* a_ = A + (size_t)blockIdx.x * M * K;
-  const __half* b_ = Bt + (size_t)blockIdx.x * N * K;
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  int r = warp * 16 + g;
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int s = 0; s < KS; ++s) {
-    uint32_t a[4], b0, b1;
-    a_frag(a_, warp * 16, s * 16, a);
-    b_frag(b_, s * 16, b0, b1);
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  float* o = D + (size_t)blockIdx.x * M * N;
-  o[r * N + 2 * t] = d[0]; o[r * N + 2 * t + 1] = d[1];
-  o[(r + 8) * N + 2 * t] = d[2]; o[(r + 8) * N + 2 * t + 1] = d[3];
-}
 
+// From zero: wgmma whose first step has scale-d = 0 (the accumulator registers are ignored),
+// then the same chain, against mma_chain<true> (mma.sync from a zero accumulator).
 __global__ void wgmma_chain_scale0(const __half* A, const __half* Bt, const float* C, float* D) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __shared__ alignas(128) __half bs[KS][2 * 64];
@@ -237,7 +222,7 @@ int main() {
   run(mma_chain_swapped, "mma.sync, weight as A and activation as B");
   run(wgmma_chain<128, 256>, "wgmma m64n8k16 (LBO 128, SBO 256)");
   // From zero: the mma.sync chain from a zero accumulator is the reference here.
-  mma_chain_zero<<<blocks, 128>>>(dA, dB, dC, d1);
+  mma_chain<true><<<blocks, 128>>>(dA, dB, dC, d1);  // from zero, against wgmma's scale-d = 0 start
   cudaMemcpy(r1.data(), d1, C.size() * 4, cudaMemcpyDeviceToHost);
   for (int b = 0; b < blocks; ++b)
     for (int i = 0; i < M * N; ++i) ref[(size_t)b * M * N + i] -= C[(size_t)b * M * N + i];

@@ -24,6 +24,16 @@ int current_device_attribute() {
   return v;
 }
 
+// Whether this build holds an image of `kernel` the current device can run (cudaFuncGetAttributes
+// fails otherwise — sm_90a code on anything but compute capability 9.0); a failed query leaves
+// no error behind. A property of the build and the architecture: callers cache it.
+inline bool kernel_image_loads(const void* kernel) {
+  cudaFuncAttributes attr{};
+  const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return e == cudaSuccess;
+}
+
 // Compute capability 9.0 exactly: the only devices sm_90a code (wgmma) runs on.
 inline bool current_device_is_sm90() {
   return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&

@@ -54,8 +54,7 @@ __device__ __forceinline__ void chain_start() {
 template <class... KernelArgs, class... Args>
 void launch_maybe_early(bool early, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
                         cudaStream_t stream, Args&&... args) {
-  if (take_stream_memop(stream)) early = false;  // a memory operation is ahead: start plainly
-  if (early) {
+  if (may_start_early(stream, early)) {
     cudaLaunchAttribute attr{};
     const cudaLaunchConfig_t cfg = programmatic_config(grid, block, smem, stream, &attr);
     FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));

@@ -19,5 +19,8 @@ void set_chain_programmatic(int policy);  // 0 off, 1 auto (= on), 2 on (tests, 
 // programmatic ports, and a grid that started early must have a kernel ahead of it to wait for.
 void note_stream_memop(cudaStream_t s);
 bool take_stream_memop(cudaStream_t s);  // whether `s` was marked (the mark is cleared)
+// What a launch on `s` that would start early (`want`) may do: start early unless a memory
+// operation is ahead there (the mark is taken either way).
+inline bool may_start_early(cudaStream_t s, bool want) { return !take_stream_memop(s) && want; }
 
 }  // namespace ft::cuda

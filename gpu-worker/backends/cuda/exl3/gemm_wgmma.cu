@@ -31,12 +31,7 @@ bool wgmma_prefill() {
   if (g_policy.load(std::memory_order_relaxed) == 0) return false;  // Off
   if (!current_device_is_sm90() || !smem_fits(wg_smem_bytes<8>())) return false;
   // The image: a property of the build, the same for every 9.0 device (asked on the first).
-  static const bool loads = [] {
-    cudaFuncAttributes attr{};
-    const bool ok = cudaFuncGetAttributes(&attr, exl3_gemm_wgmma_kernel<3, 2>) == cudaSuccess;
-    if (!ok) (void)cudaGetLastError();
-    return ok;
-  }();
+  static const bool loads = kernel_image_loads(reinterpret_cast<const void*>(exl3_gemm_wgmma_kernel<3, 2>));
   return loads;
 }
 void set_wgmma_prefill(int policy) { g_policy.store(policy, std::memory_order_relaxed); }

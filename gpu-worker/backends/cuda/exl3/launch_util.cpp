@@ -6,6 +6,8 @@
 
 #include "gpu-worker/backends/cuda/core/device_attribute.h"
 #include "gpu-worker/backends/cuda/core/env_policy.h"
+#include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
+#include "gpu-worker/backends/cuda/exl3/wgmma_prefill.h"
 
 namespace ft::cuda::exl3dev {
 
@@ -35,6 +37,10 @@ bool smem_fits(size_t smem_bytes) {
 }
 void set_wide_prefill(int policy) { g_wide.store(policy, std::memory_order_relaxed); }
 int wide_prefill_policy() { return g_wide.load(std::memory_order_relaxed); }
+bool wide_requested(bool pays) {
+  const int w = wide_prefill_policy();
+  return w == static_cast<int>(Exl3Wide::On) || (w == static_cast<int>(Exl3Wide::Auto) && pays && !wgmma_prefill());
+}
 void count_wide_launch() { g_wide_launches.fetch_add(1, std::memory_order_relaxed); }
 uint64_t wide_launches() { return g_wide_launches.load(std::memory_order_relaxed); }
 

@@ -49,6 +49,9 @@ bool smem_fits(size_t smem_bytes);
 // launches that used it (host side, process-wide: tests check that the shape they ask for ran).
 void set_wide_prefill(int policy);  // an Exl3Wide value
 int wide_prefill_policy();
+// Whether a prefill launch asks for the wide shape: On always; Auto where `pays` (the caller's
+// measured rule) and the narrow block does not run on wgmma (sm_90, faster than both).
+bool wide_requested(bool pays);
 void count_wide_launch();
 uint64_t wide_launches();
 

@@ -173,10 +173,7 @@ void exl3_matmul_transformed(const Exl3LinearDev& L, const __half* xh, const flo
   const int64_t items = static_cast<int64_t>(a.nrb) * a.nblk * (l.split ? a.chunks : 1);
   l.grid = static_cast<int>(std::min<int64_t>(items, 32 * static_cast<int64_t>(exl3dev::sm_count())));
   // Where the device holds it (launch_gemm_one).
-  const auto wide = static_cast<Exl3Wide>(exl3dev::wide_prefill_policy());
-  // Auto never picks it where the narrow block runs on wgmma (sm_90): that form is faster.
-  l.wide = l.gemm && (wide == Exl3Wide::On || (wide == Exl3Wide::Auto && !exl3dev::wgmma_prefill() &&
-                                               exl3_wide_prefill_pays(L.out_p, rows, exl3dev::sm_count())));
+  l.wide = l.gemm && exl3dev::wide_requested(exl3_wide_prefill_pays(L.out_p, rows, exl3dev::sm_count()));
   l.programmatic = !l.gemm && exl3dev::programmatic_launch(rows);
   launch_gemv_k(L.K, static_cast<int>(L.codebook), l, a, stream);
 }

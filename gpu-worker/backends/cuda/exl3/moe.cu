@@ -123,12 +123,8 @@ void launch_matmul(int K, int cb, int gemm_from, const MoeArgs& a, cudaStream_t 
   if (gemm_from != kNoGemm) {
     MoeArgs g = a;
     g.min_rows = gemm_from;
-    // Auto: the wide shape wherever it fits, unless the narrow block runs on wgmma (sm_90).
-    const int wide = exl3dev::wide_prefill_policy();
-    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g,
-                      wide == static_cast<int>(Exl3Wide::On) ||
-                          (wide == static_cast<int>(Exl3Wide::Auto) && !exl3dev::wgmma_prefill()),
-                      s);
+    // Auto: the wide shape wherever it fits (launch_moe_gemm checks).
+    launch_moe_gemm_k(K, cb, exl3dev::sm_count(), g, exl3dev::wide_requested(true), s);
   }
 }
 

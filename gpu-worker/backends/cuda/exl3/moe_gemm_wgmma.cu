@@ -7,8 +7,6 @@
 
 namespace ft::cuda::exl3dev {
 
-void count_wgmma_launch();  // gemm_wgmma.cu
-
 namespace {
 template <int K, int CB>
 void launch_cb(int grid, const MoeArgs& a, cudaStream_t stream) {

@@ -16,6 +16,7 @@ void set_wgmma_prefill(int policy);
 int wgmma_prefill_policy();
 // How many prefill launches took the wgmma form (process-wide: tests check it ran).
 unsigned long long wgmma_prefill_launches();
+void count_wgmma_launch();  // each launcher, once per launch
 
 void launch_gemm_wgmma(int K, int cb, const LinearArgs& a, cudaStream_t stream);
 void launch_moe_gemm_wgmma(int K, int cb, int grid, const MoeArgs& a, cudaStream_t stream);

@@ -24,23 +24,10 @@ using DenseWgmma = lin::WgmmaCfg<5>;
 
 std::atomic<int> g_policy{policy_from_env("FLASHTIER_LINEAR_WGMMA")};
 
-bool image_loads() {
-  // cudaFuncGetAttributes fails where no image of the kernel suits the device (anything but
-  // compute capability 9.0 for sm_90a code).
-  static const bool ok = [] {
-    cudaFuncAttributes attr{};
-    const cudaError_t e =
-        cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(lin::linear_wgmma_kernel<DenseWgmma, DenseProblem>));
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    return e == cudaSuccess;
-  }();
-  return ok;
-}
 
 template <class Cfg, class Pr>
 void launch_grouped(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
-  pr.block_n = lin::wgmma_block_n<Cfg, Pr::kSwiglu>();
-  pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
+  pr.set_block_n(lin::wgmma_block_n<Cfg, Pr::kSwiglu>());
   lin::launch_items(lin::linear_wgmma_kernel<Cfg, Pr>, Cfg::kThreads, Cfg::kSmemBytes, tiles_bound * pr.n_blocks, true,
                     stream, pr);
 }
@@ -50,7 +37,9 @@ void launch_grouped(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
 namespace lin {
 bool linear_wgmma() {
   if (g_policy.load(std::memory_order_relaxed) == 0 || !current_device_is_sm90()) return false;
-  return current_device_limits().smem_optin >= DenseWgmma::kSmemBytes + 2048 && image_loads();
+  static const bool loads =
+      kernel_image_loads(reinterpret_cast<const void*>(lin::linear_wgmma_kernel<DenseWgmma, DenseProblem>));
+  return current_device_limits().smem_optin >= DenseWgmma::kSmemBytes + 2048 && loads;
 }
 void set_linear_wgmma(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
 }  // namespace lin

@@ -428,7 +428,7 @@ void linear_f32(const LinearF32& L, const float* x, int64_t ld_x, int64_t rows, 
     a.blocks = (segs + kSegsPerBlock - 1) / kSegsPerBlock;
     // The 16-byte weight loads of a full segment also need 16-byte aligned bf16 rows.
     const bool vec = x_vec && w_vec && (!L.w_bf16 || (L.in % 8 == 0 && aligned(L.w, 16)));
-    const bool early = !take_stream_memop(stream) && chain_programmatic();
+    const bool early = may_start_early(stream, chain_programmatic());
     if (L.w_bf16) vec ? run_decode<true, true>(a, early, stream) : run_decode<true, false>(a, early, stream);
     else vec ? run_decode<false, true>(a, early, stream) : run_decode<false, false>(a, early, stream);
     return;

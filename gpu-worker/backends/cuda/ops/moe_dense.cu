@@ -92,8 +92,7 @@ Scratch carve(void* ws, int64_t n, int top_k, int64_t D, int64_t I) {
 template <class Cfg, class Pr>
 void launch_grouped_skinny(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
   const int wk = lin::skinny_warps_along_k(pr.k.chunks), wn = lin::kSkinnyWarps / wk;
-  pr.block_n = lin::skinny_block_n<Cfg, Pr::kSwiglu>(wn);
-  pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
+  pr.set_block_n(lin::skinny_block_n<Cfg, Pr::kSwiglu>(wn));
   const size_t smem = lin::skinny_smem_bytes<Cfg>(pr.k.chunks, wn);
   lin::launch_items(lin::linear_skinny_kernel<Cfg, Pr>, lin::kSkinnyThreads, smem, tiles_bound * pr.n_blocks, true,
                     stream, pr, wk);
@@ -101,8 +100,7 @@ void launch_grouped_skinny(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
 
 template <class Cfg, class Pr>
 void launch_grouped_tiled(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
-  pr.block_n = lin::tiled_block_n<Cfg, Pr::kSwiglu>();
-  pr.n_blocks = (pr.out + pr.block_n - 1) / pr.block_n;
+  pr.set_block_n(lin::tiled_block_n<Cfg, Pr::kSwiglu>());
   lin::launch_items(lin::linear_tiled_kernel<Cfg, Pr>, Cfg::kThreads, Cfg::kSmemBytes, tiles_bound * pr.n_blocks, true,
                     stream, pr);
 }

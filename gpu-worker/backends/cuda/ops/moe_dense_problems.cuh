@@ -28,6 +28,11 @@ struct GroupedBase {
   int block_n = 0;
   const int32_t* sorted_pick = nullptr;
 
+  // The kernel's output block: every grouped launcher sets it before launching.
+  void set_block_n(int bn) {
+    block_n = bn;
+    n_blocks = (out + bn - 1) / bn;
+  }
   __device__ int64_t n_items() const { return static_cast<int64_t>(*n_tiles) * n_blocks; }
   __device__ bool load_tile(int64_t idx, lin::LinItem& it) const {
     const MoeTile t = tiles[idx / n_blocks];
@@ -36,6 +41,12 @@ struct GroupedBase {
     it.base = t.start;
     it.rows = t.rows;
     return t.rows > 0;
+  }
+  // Linear w of the tile's expert into the item's weight slot `which` (0, or 1: SwiGLU's up).
+  __device__ static void bind(lin::LinItem& it, int which, const LinearF16& w) {
+    (which ? it.w1 : it.w0) = w.w;
+    (which ? it.ws1 : it.ws0) = w.w_scale;
+    (which ? it.bias1 : it.bias0) = w.bias;
   }
   __device__ int32_t row_id(const lin::LinItem& it, int i) const { return sorted_pick[it.base + i]; }
   __device__ const __half* w_row(const lin::LinItem& it, int which, int64_t n) const {
@@ -56,13 +67,8 @@ struct GateUpProblem : GroupedBase {
 
   __device__ bool load_item(int64_t idx, lin::LinItem& it) const {
     if (!load_tile(idx, it)) return false;
-    const DenseExpert& e = experts[it.g];
-    it.w0 = e.gate.w;
-    it.w1 = e.up.w;
-    it.ws0 = e.gate.w_scale;
-    it.ws1 = e.up.w_scale;
-    it.bias0 = e.gate.bias;
-    it.bias1 = e.up.bias;
+    bind(it, 0, experts[it.g].gate);
+    bind(it, 1, experts[it.g].up);
     return true;
   }
   __device__ const __half* a_row(const lin::LinItem&, int32_t pick) const { return xh + (pick / top_k) * ld_xh; }
@@ -86,10 +92,7 @@ struct DownProblem : GroupedBase {
 
   __device__ bool load_item(int64_t idx, lin::LinItem& it) const {
     if (!load_tile(idx, it)) return false;
-    const DenseExpert& e = experts[it.g];
-    it.w0 = e.down.w;
-    it.ws0 = e.down.w_scale;
-    it.bias0 = e.down.bias;
+    bind(it, 0, experts[it.g].down);
     return true;
   }
   __device__ const __half* a_row(const lin::LinItem&, int32_t pick) const { return hh + pick * ld_hh; }
