@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "gpu-worker/backends/cuda/exl3/exl3_linear.h"
+#include "gpu-worker/backends/cuda/exl3/wgmma_layout.h"
+#include "gpu-worker/backends/cuda/ops/linear_layout.h"
 #include "tests/cuda/exl3/exl3_test_util.h"
 #include "tests/cuda/support/gpu_test.h"
 
@@ -115,6 +117,23 @@ TEST(Exl3WidePolicy, AutoPicksTheShapeTheMeasurementsFavour) {
   // One narrow wave that a wide grid also needs a whole wave for: narrow wins.
   EXPECT_FALSE(cuda::exl3_wide_prefill_pays(256, 33, 132));
   EXPECT_FALSE(cuda::exl3_wide_prefill_pays(128, 8192, 132));
+}
+
+// Host-only: the wgmma prefill block's row words (exl3/wgmma_layout.h) land where the swizzled
+// natural-order tile keeps their inputs — unit 4b + d of row n, byte 4·quad inside it — for every
+// thread, chunk and word, and no two words share bytes.
+TEST(Exl3WgmmaLayout, RowWordsLandWhereTheSwizzleKeepsTheirInputs) {
+  std::vector<int> seen(128 * 128 / 4, 0);
+  for (int tid = 0; tid < 256; ++tid)
+    for (int m = 0; m < 4; ++m)
+      for (int d = 0; d < 4; ++d) {
+        const int q = tid + 256 * m, n = q >> 3, c = q & 7, b = c >> 2, quad = c & 3;
+        const uint32_t want = cuda::lin::tile_offset(n, 4 * b + d) + 4 * quad;
+        const uint32_t got = cuda::exl3dev::wg_row_word_offset(tid, d) + cuda::exl3dev::kWgRowChunkStride * m;
+        ASSERT_EQ(got, want) << "tid " << tid << " chunk " << m << " word " << d;
+        ++seen[got / 4];
+      }
+  for (size_t w = 0; w < seen.size(); ++w) ASSERT_EQ(seen[w], 1) << "word " << w << " of the tile";
 }
 
 // The wide prefill shape (16 warps × 256 columns, running sums in shared memory) gives the

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "gpu-worker/backends/cuda/exl3/gemm_kernel.cuh"
+#include "gpu-worker/backends/cuda/exl3/wgmma_layout.h"
 #include "gpu-worker/backends/cuda/ops/linear_mma.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_wgmma.cuh"
 
@@ -52,25 +53,53 @@ __device__ __forceinline__ uint32_t* smem_align1024(uint32_t* raw) {
 }
 
 #if FT_HAVE_WGMMA
-// Rows [row0, row0 + 128) of 64-input stage s into its swizzled slot, zeros at or past row_end:
-// thread `tid` copies chunks q = tid + 256 m (row q / 8, chunk q % 8 = 4·block + quad). Word d of
-// a chunk (block b, quad q) holds inputs 2q, 2q+1 (+ 8 for odd d) of the stage's step 2b + d / 2
-// — byte 32·step + 16·(d % 2) + 4q of the row in natural order — so each word is its own 4-byte
-// cp.async (no registers held across the stage, the copy in the trellis' commit group).
-__device__ __forceinline__ void wg_issue_rows(unsigned char* x, const __half* __restrict__ xh, int64_t in_p,
-                                              int64_t row0, int64_t row_end, int s, int tid) {
+// A thread's share of every stage's copies, its addresses computed once (recomputing them per
+// stage was half the block's instructions: session 21's Nsight Compute profile): the row words
+// where wgmma_layout.h puts them, zeros at or past row_end; the trellis as the stage's pairs ×
+// kPairStage dwords in 16-byte chunks, chunk q = tid + 256 j.
+template <int K>
+struct WgStageCopy {
+  static constexpr int kPairStage = kGemmSteps * LaneBits<K>::kStepDwords;
+  static constexpr int kChunks = GemmShape<false>::kPairs * kPairStage / 4;
+  static constexpr int kPerThread = (kChunks + 255) / 256;
+  const __half* row_src[4];  // row of chunk m at stage 0 (row0's when past the end: not read)
+  uint32_t row_dst[4];       // byte offset of word d in the slot (chunk m: + kWgRowChunkStride·m)
+  uint32_t valid = 0;        // bit m: row of chunk m < row_end
+  const uint32_t* w_src[kPerThread];
+  uint32_t w_dst[kPerThread];  // byte offset in the slot (past the rows)
+
+  __device__ __forceinline__ void init(const uint32_t* blk_trellis, int64_t pair_dwords, const __half* xh,
+                                       int64_t in_p, int64_t row0, int64_t row_end, int tid) {
+    const int n0 = tid >> 3, c = tid & 7;
 #pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int q = tid + 256 * m, n = q >> 3, c = q & 7, b = c >> 2, quad = c & 3;
-    const bool valid = row0 + n < row_end;
-    const __half* src = xh + (valid ? row0 + n : row0) * in_p + static_cast<int64_t>(s) * 64 + 8 * c;
+    for (int m = 0; m < 4; ++m) {
+      const bool ok = row0 + n0 + 32 * m < row_end;
+      valid |= static_cast<uint32_t>(ok) << m;
+      row_src[m] = xh + (ok ? row0 + n0 + 32 * m : row0) * in_p + 8 * c;
+    }
 #pragma unroll
-    for (int d = 0; d < 4; ++d) {
-      const int unit = 2 * (2 * b + (d >> 1)) + (d & 1);
-      cp_async4_zfill(x + lin::tile_offset(n, unit) + 4 * quad, src + 2 * d, valid);
+    for (int d = 0; d < 4; ++d) row_dst[d] = wg_row_word_offset(tid, d);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int q = tid + 256 * j, pp = q / (kPairStage / 4), qq = q % (kPairStage / 4);
+      w_src[j] = blk_trellis + pp * pair_dwords + qq * 4;
+      w_dst[j] = static_cast<uint32_t>(kWgXBytes + (pp * kPairStage + qq * 4) * 4);
     }
   }
-}
+  __device__ __forceinline__ void issue(unsigned char* slot, int s, int tid) const {
+    const int64_t rs = static_cast<int64_t>(s) * 64;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const bool ok = (valid >> m) & 1u;
+#pragma unroll
+      for (int d = 0; d < 4; ++d) cp_async4_zfill(slot + row_dst[d] + kWgRowChunkStride * m, row_src[m] + rs + 2 * d, ok);
+    }
+    const int64_t ws = static_cast<int64_t>(s) * kPairStage;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+      if (kChunks % 256 == 0 || tid + 256 * j < kChunks) cp_async16(slot + w_dst[j], w_src[j] + ws);
+  }
+};
 
 // gemm_block_sums (narrow) on wgmma: the same running sums in `tot`, the same contract.
 template <int K, int CB>
@@ -85,17 +114,10 @@ __device__ __forceinline__ void gemm_block_sums_wgmma(const uint32_t* __restrict
   const int pw = warp >> 1;
   const int n_stages = static_cast<int>(in_p / 16 / kGemmSteps);
   unsigned char* const base = reinterpret_cast<unsigned char*>(smem);
-  auto x_slot = [&](int s) { return base + (s % kWgStages) * kStageBytes; };
+  auto x_slot = [&](int s) { return base + (static_cast<unsigned>(s) % kWgStages) * kStageBytes; };
   auto w_slot = [&](int s) { return reinterpret_cast<uint32_t*>(x_slot(s) + kWgXBytes); };
-
-  auto issue_w = [&](int s) {
-    uint32_t* buf = w_slot(s);
-    for (int q = tid; q < S::kPairs * kPairStage / 4; q += S::kThreads) {
-      const int pp = q / (kPairStage / 4), qq = q - pp * (kPairStage / 4);
-      cp_async16(buf + pp * kPairStage + qq * 4,
-                 blk_trellis + pp * pair_dwords + static_cast<int64_t>(s) * kPairStage + qq * 4);
-    }
-  };
+  WgStageCopy<K> copy;
+  copy.init(blk_trellis, pair_dwords, xh, in_p, row0, row_end, tid);
 
   LaneGeom<K> geo;
   geo.init(lane);
@@ -111,10 +133,7 @@ __device__ __forceinline__ void gemm_block_sums_wgmma(const uint32_t* __restrict
   float* const tot_s = reinterpret_cast<float*>(base + wg_region_bytes<K>()) + tid;
 
   auto issue = [&](int s) {
-    if (s < n_stages) {
-      issue_w(s);
-      wg_issue_rows(x_slot(s), xh, in_p, row0, row_end, s, tid);
-    }
+    if (s < n_stages) copy.issue(x_slot(s), s, tid);
     cp_async_commit();
   };
   issue(0);

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "gpu-worker/backends/cuda/ops/linear_layout.h"
+
 namespace ft::cuda::lin {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -25,14 +27,21 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
 // 16 bytes global → shared, bypassing L1 (weights: each byte is used once per CTA). With
 // valid == false nothing is read and the destination is zero-filled (src-size 0), which is how
 // rows past `out` and columns past the padded width read as zeros.
-__device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src, bool valid, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0), "l"(policy)
+// The _n forms take the byte count itself (16 or 0), for callers that keep it per copy unit.
+__device__ __forceinline__ void cp_async_cg16_n(uint32_t dst, const void* src, uint32_t bytes, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(bytes),
+               "l"(policy)
                : "memory");
 }
+__device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src, bool valid, uint64_t policy) {
+  cp_async_cg16_n(dst, src, valid ? 16u : 0u, policy);
+}
 // The same through L1 (activations: every CTA on the SM reads the same rows).
+__device__ __forceinline__ void cp_async_ca16_n(uint32_t dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_ca16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+  cp_async_ca16_n(dst, src, valid ? 16u : 0u);
 }
 // The same bypassing L1 without a cache hint (activations of a grid that started early: nothing
 // of them may come from lines cached before the kernel ahead wrote them).
@@ -61,16 +70,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Shared-memory tiles hold rows of kStageK = 64 halves (128 bytes = 8 16-byte units). Unit u of
-// row r sits at unit position u ^ (r & 7): the 8 rows an ldmatrix phase reads (same logical
-// unit, 8 consecutive rows) and the 8 units a group of copies writes land in 8 different bank
-// groups, so neither side has conflicts.
-constexpr int kStageK = 64;
-constexpr int kRowBytes = kStageK * 2;
-__device__ __forceinline__ uint32_t tile_offset(int row, int unit) {
-  return static_cast<uint32_t>(row * kRowBytes + ((unit ^ (row & 7)) << 4));
 }
 
 }  // namespace ft::cuda::lin
