@@ -8,6 +8,7 @@
 //     differ), which pins a mistake in the mixing map or Sinkhorn to the kernel.
 // Batch invariance: a token alone, misaligned (scalar path), with and without the y output.
 #include "gpu-worker/backends/cuda/ops/mhc.h"
+#include "gpu-worker/backends/cuda/ops/moe.h"
 
 #include <cmath>
 #include <cstdio>
@@ -324,6 +325,37 @@ TEST_F(CudaMhc, SiteOutTokenBitsDoNotDependOnTheBatch) {
     }
     expect_same_bits(c.label() + " misaligned", gpu_site_out(c, 1), all);
   }
+}
+
+// The routed sum folded into the site's output: the bits of moe_combine into o (accumulating onto
+// the shared expert's rows, or in their place) and then the site's output without it.
+TEST_F(CudaMhc, SiteOutWithTheRoutedSumGivesCombineThenSiteOutBits) {
+  uint64_t seed = 1300;
+  for (int64_t hc : {1, 4})
+    for (int64_t D : {64, 66, 4096})
+      for (int64_t N : {1, 5, 33})
+        for (int top_k : {1, 8})
+          for (bool accumulate : {false, true})
+            for (int64_t offset : {0, 1}) {
+              if (offset && D != 66) continue;
+              const OutCase c = make_out(hc, D, N, seed++);
+              const std::vector<float> Y = test::randn(static_cast<size_t>(N * top_k * D), seed++, 2.0f);
+              const std::vector<float> w = test::randu(static_cast<size_t>(N * top_k), seed++, 0.0f, 1.0f);
+              const std::string tag = c.label() + " top_k " + std::to_string(top_k) + (accumulate ? " +o" : " o=") +
+                                      (offset ? " misaligned" : "");
+              DevBuf<float> dY(Y), dw(w), mix(c.mix);
+              // Pieces: combine into o, then the site.
+              Shifted<float> X1(c.X, offset), o1(c.o, offset);
+              moe_combine(dY.get(), dw.get(), N, top_k, D, o1.get(), D,
+                          accumulate ? LinearStore::Accumulate : LinearStore::Overwrite, nullptr);
+              mhc_site_out(mix.get(), o1.get(), D, N, hc, D, X1.get(), nullptr);
+              // One launch.
+              Shifted<float> X2(c.X, offset), o2(c.o, offset);
+              const RoutedSum r{dY.get(), dw.get(), top_k, accumulate};
+              mhc_site_out(mix.get(), o2.get(), D, N, hc, D, X2.get(), nullptr, &r);
+              expect_same_bits(tag, X2.download(), X1.download());
+              expect_same_bits(tag + " (o untouched)", o2.download(), c.o);
+            }
 }
 
 TEST_F(CudaMhc, RejectsUnsupportedShapes) {

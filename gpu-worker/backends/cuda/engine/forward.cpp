@@ -53,7 +53,8 @@ void ForwardPass::run(const StepPlan& p, cudaStream_t s) {
       moe(l, p, s);
     op_mark(prof_, "mhc site out", s);
     if (mixed.ev) side_.wait(s, mixed);
-    mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s);
+    mhc_site_out(b_.mix, b_.O, D, N, HC, D, b_.X, s, routed_ ? &*routed_ : nullptr);
+    routed_.reset();
     if (probe_) probe_(l, b_, N, s);
   }
   if (p.logit_rows > 0) logits(N, std::min(p.logit_rows, b_.lim.max_logit_rows), s);
@@ -289,11 +290,13 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     mlp(m.shared, N, b_.O, LinearStore::Overwrite, "moe shared expert", side_.fork(s), b_.side_staging);
     shared_done = side_.point();
   }
-  // The routed sum into O: alone, or added to the shared expert's output already there.
+  // The routed sum is added to the shared expert's output (in O) by the site's output kernel
+  // (mhc.h RoutedSum: moe_combine's operations, one launch and one pass over O fewer). The shared
+  // expert writes O — beside the routed experts, or after them on the main stream — one addition
+  // either way round, so the bits of the serial order.
   auto combine = [&] {
     if (side) side_.wait(s, shared_done);
-    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, side ? LinearStore::Accumulate : LinearStore::Overwrite,
-                s);
+    routed_ = RoutedSum{Y, weights, static_cast<int>(TK), true};
   };
 
   op_mark(prof_, "moe router logits", s);
@@ -349,8 +352,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     op_mark(prof_, "moe CPU tier wait", s);
     // The picks of a CPU tier that failed mid-layer (none otherwise) read zero-copy.
     routed(split_->await_cpu(Y, s));
-    op_mark(prof_, "moe dispatch + combine", s);
-    moe_combine(Y, weights, N, static_cast<int>(TK), D, b_.O, D, LinearStore::Accumulate, s);
+    routed_ = RoutedSum{Y, weights, static_cast<int>(TK), true};  // added at the site's output
     return;
   } else if (tier_) {
     // From the segment (zero-copy) or VRAM cache slots, wherever the tier's table says; the
@@ -385,7 +387,9 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     host_experts_->compute(l, host_a_.data(), N, rt, host_o_.data(), exl3::Operands::F32);
     FT_CUDA_CHECK(cudaMemcpyAsync(b_.O, host_o_.data(), N * D * 4, cudaMemcpyHostToDevice, s));
   }
-  if (!side) mlp(m.shared, N, b_.O, LinearStore::Accumulate, "moe shared expert", s, b_.staging);
+  if (!side)
+    mlp(m.shared, N, b_.O, routed_ ? LinearStore::Overwrite : LinearStore::Accumulate, "moe shared expert", s,
+        b_.staging);
 }
 
 }  // namespace ft::cuda

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "gpu-worker/backends/cuda/engine/device_model.h"
@@ -19,6 +20,7 @@
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/side_stream.h"
 #include "gpu-worker/backends/cuda/engine/step_buffers.h"
+#include "gpu-worker/backends/cuda/ops/mhc.h"
 #include "gpu-worker/backends/cuda/engine/tier_split.h"
 #include "shared/engine/expert_backend.h"
 
@@ -95,6 +97,7 @@ class ForwardPass {
   CpuTierSplit* split_ = nullptr;
   LayerProbe probe_;
   bool branches_ = true;
+  std::optional<RoutedSum> routed_;  // a MoE sublayer's routed sum, for the site's output
   SideStream side_;
   std::vector<float> host_a_, host_o_;  // host-tier exchange
 };

@@ -203,9 +203,9 @@ __global__ void __launch_bounds__(kWorkers) mhc_site_mix_kernel(SiteInArgs p) {
 }
 
 // One thread per 4 consecutive d of one token: reads every stream's chunk before writing any.
-template <int HC, bool VEC>
+template <int HC, bool VEC, bool ROUTED>
 __global__ void __launch_bounds__(kSiteOutThreads)
-    mhc_site_out_kernel(const float* mix, const float* o, int64_t ld_o, int64_t D, float* X) {
+    mhc_site_out_kernel(const float* mix, const float* o, int64_t ld_o, int64_t D, float* X, const RoutedSum r) {
   chain_start();  // core/programmatic.cuh: launched by launch_chained
   constexpr int NMIX = (2 + HC) * HC;
   const int64_t t = blockIdx.x;
@@ -218,6 +218,19 @@ __global__ void __launch_bounds__(kSiteOutThreads)
 #pragma unroll
   for (int i = 0; i < HC; ++i) load_chunk<VEC>(Xt + i * D, D, c, old[i]);
   load_chunk<VEC>(o + t * ld_o, D, c, ov);
+  if constexpr (ROUTED) {  // moe_combine's sum and store, in registers
+    float rs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int k = 0; k < r.top_k; ++k) {
+      const int64_t p = t * r.top_k + k;
+      const float w = r.weight[p];
+      float v[4];
+      load_chunk<VEC>(r.Y + p * D, D, c, v);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) rs[i] = __fadd_rn(rs[i], __fmul_rn(w, v[i]));
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ov[i] = r.accumulate ? __fadd_rn(ov[i], rs[i]) : rs[i];
+  }
 #pragma unroll
   for (int j = 0; j < HC; ++j) {
     const float post = mt[HC + j];
@@ -253,15 +266,15 @@ void launch_site_mix(const SiteInArgs& a, int64_t n_tokens, bool vec, cudaStream
   FT_CUDA_CHECK_LAUNCH();
 }
 
-template <int HC>
+template <int HC, bool ROUTED>
 void launch_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_tokens, int64_t D, float* X, bool vec,
-                     cudaStream_t stream) {
+                     const RoutedSum& r, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n_tokens),
                   static_cast<unsigned>((D + 4 * kSiteOutThreads - 1) / (4 * kSiteOutThreads)));
   if (vec)
-    launch_chained(mhc_site_out_kernel<HC, true>, grid, kSiteOutThreads, 0, stream, mix, o, ld_o, D, X);
+    launch_chained(mhc_site_out_kernel<HC, true, ROUTED>, grid, kSiteOutThreads, 0, stream, mix, o, ld_o, D, X, r);
   else
-    launch_chained(mhc_site_out_kernel<HC, false>, grid, kSiteOutThreads, 0, stream, mix, o, ld_o, D, X);
+    launch_chained(mhc_site_out_kernel<HC, false, ROUTED>, grid, kSiteOutThreads, 0, stream, mix, o, ld_o, D, X, r);
   FT_CUDA_CHECK_LAUNCH();
 }
 
@@ -314,12 +327,19 @@ void mhc_site_mix(const MhcSite& p, const float* X, const float* m_raw, int64_t 
 }
 
 void mhc_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_tokens, int64_t hc, int64_t dim, float* X,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, const RoutedSum* routed) {
   check_shape("mhc_site_out", hc, dim);
   if (ld_o < dim) throw Error("mhc_site_out: ld_o narrower than a row");
+  if (routed && (!routed->Y || !routed->weight || routed->top_k <= 0))
+    throw Error("mhc_site_out: routed sum without expert rows, weights or top_k");
   if (n_tokens <= 0) return;
-  const bool vec = dim % 4 == 0 && ld_o % 4 == 0 && misc::aligned16(X) && misc::aligned16(o);
-  with_hc(hc, [&]<int HC>() { launch_site_out<HC>(mix, o, ld_o, n_tokens, dim, X, vec, stream); });
+  const bool vec = dim % 4 == 0 && ld_o % 4 == 0 && misc::aligned16(X) && misc::aligned16(o) &&
+                   (!routed || misc::aligned16(routed->Y));
+  const RoutedSum r = routed ? *routed : RoutedSum{};
+  with_hc(hc, [&]<int HC>() {
+    if (routed) launch_site_out<HC, true>(mix, o, ld_o, n_tokens, dim, X, vec, r, stream);
+    else launch_site_out<HC, false>(mix, o, ld_o, n_tokens, dim, X, vec, r, stream);
+  });
 }
 
 }  // namespace ft::cuda

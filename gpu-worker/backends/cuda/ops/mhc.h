@@ -50,7 +50,18 @@ void mhc_site_mix(const MhcSite& p, const float* X, const float* m_raw, int64_t 
 
 // X[t][j] ← post_j·o[t] + Σ_i M[i][j]·X_old[t][i] for t < n_tokens, in place (the reference's
 // mhc_expand: same products and order, so equal bits for the same mix). o rows ld_o apart.
+//
+// routed (optional): a MoE sublayer's routed sum folded in, so o is the sublayer's output only
+// after it — per token and d, r = Σ_k weight[t·top_k+k]·Y[t·top_k+k][d] (k ascending, from 0) and
+// o' = o + r (accumulate) or r: moe_combine's operations (ops/moe.h), so the bits of moe_combine
+// into o followed by this call without it. Y rows are dim apart; o itself is not written.
+struct RoutedSum {
+  const float* Y = nullptr;
+  const float* weight = nullptr;
+  int top_k = 0;
+  bool accumulate = false;
+};
 void mhc_site_out(const float* mix, const float* o, int64_t ld_o, int64_t n_tokens, int64_t hc, int64_t dim, float* X,
-                  cudaStream_t stream);
+                  cudaStream_t stream, const RoutedSum* routed = nullptr);
 
 }  // namespace ft::cuda
