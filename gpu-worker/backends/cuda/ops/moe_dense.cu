@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
@@ -126,11 +127,21 @@ int tile_rows(Family f) {
   return 8;
 }
 
+// Down projections of ≤ 8 tokens stream two n8 tiles per warp: an item is then 16 outputs × I
+// (64 KB at the real widths) instead of 32 KB, whose ring fill and chunk fold cost as much as
+// the streaming. Same contract, same bits. FLASHTIER_MOE_DOWN_PAIRS=off keeps one tile (A/B).
+bool down_pairs() {
+  static const bool on = !env_off("FLASHTIER_MOE_DOWN_PAIRS");
+  return on;
+}
+
 template <class Pr>
 void launch_grouped(Family f, const Pr& pr, int64_t tiles_bound, cudaStream_t stream) {
   using Skinny8 = std::conditional_t<Pr::kSwiglu, lin::SkinnySwiglu8, lin::SkinnyRows8>;
   switch (f) {
-    case Family::Skinny8: return launch_grouped_skinny<Skinny8>(pr, tiles_bound, stream);
+    case Family::Skinny8:
+      if (!Pr::kSwiglu && down_pairs()) return launch_grouped_skinny<lin::SkinnyRows8Pair>(pr, tiles_bound, stream);
+      return launch_grouped_skinny<Skinny8>(pr, tiles_bound, stream);
     case Family::Skinny16: return launch_grouped_skinny<lin::SkinnyRows16>(pr, tiles_bound, stream);
     case Family::Skinny32: return launch_grouped_skinny<lin::SkinnyRows32>(pr, tiles_bound, stream);
     case Family::TiledMedium: return launch_grouped_tiled<lin::TiledMedium>(pr, tiles_bound, stream);
