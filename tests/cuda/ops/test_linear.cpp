@@ -14,7 +14,6 @@
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
-#include "gpu-worker/backends/cuda/ops/linear_layout.h"
 #include "shared/core/half.h"
 #include "shared/ops/linear.h"
 #include "tests/cuda/ops/linear_checks.h"

@@ -291,9 +291,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     shared_done = side_.point();
   }
   // The routed sum is added to the shared expert's output (in O) by the site's output kernel
-  // (mhc.h RoutedSum: moe_combine's operations, one launch and one pass over O fewer). The shared
-  // expert writes O — beside the routed experts, or after them on the main stream — one addition
-  // either way round, so the bits of the serial order.
+  // (mhc.h RoutedSum: moe_combine's operations, one launch and one pass over O fewer).
   auto combine = [&] {
     if (side) side_.wait(s, shared_done);
     routed_ = RoutedSum{Y, weights, static_cast<int>(TK), true};

@@ -20,8 +20,8 @@
 #include "gpu-worker/backends/cuda/engine/sequence_pool.h"
 #include "gpu-worker/backends/cuda/engine/side_stream.h"
 #include "gpu-worker/backends/cuda/engine/step_buffers.h"
-#include "gpu-worker/backends/cuda/ops/mhc.h"
 #include "gpu-worker/backends/cuda/engine/tier_split.h"
+#include "gpu-worker/backends/cuda/ops/mhc.h"
 #include "shared/engine/expert_backend.h"
 
 namespace ft::cuda {

@@ -15,6 +15,36 @@ namespace ft::cuda::lin {
 // linear_k_chunk never makes more.
 constexpr int kMaxChunks = 16;
 
+// The K geometry of one weight shape.
+struct KGeom {
+  int64_t in = 0;   // true input width: the last chunk ends here
+  int64_t in8 = 0;  // in rounded up to 8: weight row stride, and where real data ends
+  int kc = 0;       // KC (a multiple of kStageK)
+  int chunks = 0;   // ⌈in / KC⌉
+};
+
+inline KGeom make_kgeom(int64_t in, int kc) {
+  KGeom g;
+  g.in = in;
+  g.in8 = (in + 7) / 8 * 8;
+  g.kc = kc;
+  g.chunks = static_cast<int>((in + kc - 1) / kc);
+  return g;
+}
+
+__host__ __device__ __forceinline__ int64_t chunk_end(const KGeom& g, int c) {
+  const int64_t e = static_cast<int64_t>(c + 1) * g.kc;
+  return e < g.in ? e : g.in;
+}
+// 64-wide stages of chunk c (all but the last chunk have kc / 64).
+__host__ __device__ __forceinline__ int chunk_stages(const KGeom& g, int c) {
+  return static_cast<int>((chunk_end(g, c) - static_cast<int64_t>(c) * g.kc + kStageK - 1) / kStageK);
+}
+// Stages over all chunks: chunks are contiguous, so stage s covers k ∈ [64 s, 64 s + 64).
+__host__ __device__ __forceinline__ int total_stages(const KGeom& g) {
+  return (g.chunks - 1) * (g.kc / kStageK) + chunk_stages(g, g.chunks - 1);
+}
+
 // The value stored for one output: acc·row_scale·w_scale (two exact power-of-two products
 // unless the result under/overflows), then + bias. Kept as written (_rn intrinsics) so no kernel
 // contracts it differently.

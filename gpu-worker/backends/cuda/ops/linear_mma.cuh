@@ -27,21 +27,14 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
 // 16 bytes global → shared, bypassing L1 (weights: each byte is used once per CTA). With
 // valid == false nothing is read and the destination is zero-filled (src-size 0), which is how
 // rows past `out` and columns past the padded width read as zeros.
-// The _n forms take the byte count itself (16 or 0), for callers that keep it per copy unit.
-__device__ __forceinline__ void cp_async_cg16_n(uint32_t dst, const void* src, uint32_t bytes, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(bytes),
-               "l"(policy)
+__device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src, bool valid, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0), "l"(policy)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src, bool valid, uint64_t policy) {
-  cp_async_cg16_n(dst, src, valid ? 16u : 0u, policy);
-}
 // The same through L1 (activations: every CTA on the SM reads the same rows).
-__device__ __forceinline__ void cp_async_ca16_n(uint32_t dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async_ca16(uint32_t dst, const void* src, bool valid) {
-  cp_async_ca16_n(dst, src, valid ? 16u : 0u);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 // The same bypassing L1 without a cache hint (activations of a grid that started early: nothing
 // of them may come from lines cached before the kernel ahead wrote them).

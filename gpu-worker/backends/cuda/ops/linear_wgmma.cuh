@@ -16,7 +16,7 @@
 
 namespace ft::cuda::lin {
 
-// Descriptor of a K-major tile in the layout of tile_offset (linear_mma.cuh): rows of 128 bytes,
+// Descriptor of a K-major tile in the layout of tile_offset (linear_layout.h): rows of 128 bytes,
 // 16-byte unit u of row r at u ^ (r & 7) — the hardware's 128-byte swizzle, provided the tile
 // starts on a 1024-byte boundary. 8-row groups are 1024 bytes apart (stride byte offset); the
 // leading byte offset is unused by swizzled K-major layouts. A k16 slice j of a 64-wide stage
