@@ -14,6 +14,7 @@
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
+#include "gpu-worker/backends/cuda/ops/linear_tma_map.h"
 #include "shared/core/half.h"
 #include "shared/ops/linear.h"
 #include "tests/cuda/ops/linear_checks.h"
@@ -98,6 +99,20 @@ TEST(LinearHost, PrepareRoundsFp32WeightsToNearest) {
 }
 
 // ---- to_f16_rows -----------------------------------------------------------------------------
+
+// What the copy engine cannot read is refused before the driver is asked, so the wgmma kernel
+// keeps its per-thread copies for it: a base off 16 bytes, a row or group stride not a multiple
+// of 8 halves, a row shorter than k, an empty tensor.
+TEST(LinearTmaMap, RefusesOperandsTheCopyEngineCannotRead) {
+  alignas(64) static unsigned char buf[256];
+  CUtensorMap map;
+  EXPECT_FALSE(lin::encode_f16_tile_map(map, buf + 8, 64, 16, 1, 64, 0, 128)) << "base off 16 bytes";
+  EXPECT_FALSE(lin::encode_f16_tile_map(map, buf, 60, 16, 1, 60, 0, 128)) << "row stride of 120 bytes";
+  EXPECT_FALSE(lin::encode_f16_tile_map(map, buf, 64, 16, 2, 64, 1028, 128)) << "group stride not 16-byte";
+  EXPECT_FALSE(lin::encode_f16_tile_map(map, buf, 64, 16, 1, 56, 0, 128)) << "row shorter than k";
+  EXPECT_FALSE(lin::encode_f16_tile_map(map, buf, 64, 0, 1, 64, 0, 128)) << "no rows";
+  EXPECT_FALSE(lin::encode_f16_tile_map(map, nullptr, 64, 16, 1, 64, 0, 128)) << "no base";
+}
 
 class ToF16Rows : public test::GpuTest {};
 
@@ -405,8 +420,8 @@ TEST_F(GpuLinearF16, ProgrammaticLaunchGivesTheSameBits) {
   cudaStreamDestroy(st);
 }
 
-// The wgmma form of the tiled kernel and its two-chain form (sm_90; elsewhere every run takes
-// mma.sync): the same bits as the mma.sync kernel for calls whose grids fill the GPU — K not a multiple of a stage (a short
+// The wgmma form of the tiled kernel, its stages brought by the copy engine or by per-thread
+// copies (sm_90; elsewhere every run takes mma.sync): the same bits as the mma.sync kernel for calls whose grids fill the GPU — K not a multiple of a stage (a short
 // last chunk), outputs not a multiple of the 128-wide tile, rows not a multiple of 128, bias and
 // Accumulate, per-head groups — and against the double reference on the fp16 operands.
 TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
@@ -424,17 +439,25 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     const DeviceRows d = stage_rows(X, s.rows, s.in);
     const int64_t ld_y = s.out + 3;
     const std::vector<float> y0 = randn(s.rows * ld_y, 17);
-    auto run = [&](int policy, LinearStore store) {
+    auto run = [&](int policy, int tma, LinearStore store) {
       lin::set_linear_wgmma(policy);
+      lin::set_linear_tma(tma);
       DevBuf<float> y(y0);
       linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), ld_y, nullptr, store);
       lin::set_linear_wgmma(1);
+      lin::set_linear_tma(1);
       return y.download();
     };
     const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + ", rows " + std::to_string(s.rows);
+    if (wgmma) {  // the copy-engine runs below do take that path
+      CUtensorMap map;
+      EXPECT_TRUE(lin::encode_f16_tile_map(map, d.h(), pad8(s.in), s.rows, 1, d.ld, 0, 128)) << what;
+      EXPECT_TRUE(lin::encode_f16_tile_map(map, w.L.w, pad8(s.in), s.out, 1, pad8(s.in), 0, 128)) << what;
+    }
     for (const LinearStore store : {LinearStore::Overwrite, LinearStore::Accumulate}) {
-      const std::vector<float> mma = run(0, store), wg = run(1, store);
-      EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what;
+      const std::vector<float> mma = run(0, 1, store), wg = run(1, 1, store), copies = run(1, 0, store);
+      EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what << " (stages by the copy engine)";
+      EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << what << " (stages by cp.async)";
       if (store == LinearStore::Overwrite) {
         const std::vector<int64_t> rs = sample(s.rows, 40, 127), cs = sample(s.out, 100, 37);
         const auto want = reference_f16(w.host, d.xh.download(), d.ld, d.rs.download(), rs, cs, &bias);
@@ -453,16 +476,19 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     L.k_chunk = linear_k_chunk(in, out);
     const std::vector<float> X = test::lin::fast_uniform(batch * rows * in, 4, 2.0f, false);
     const DeviceRows d = stage_rows(X, batch * rows, in);
-    auto run = [&](int policy) {
+    auto run = [&](int policy, int tma) {
       lin::set_linear_wgmma(policy);
+      lin::set_linear_tma(tma);
       DevBuf<float> y(static_cast<size_t>(batch * rows * out));
       linear_f16_batched(L, batch, out * ld, d.h(), ld, rows * ld, d.rs.get(), rows, rows, y.get(), out, rows * out,
                          nullptr);
       lin::set_linear_wgmma(1);
+      lin::set_linear_tma(1);
       return y.download();
     };
-    const std::vector<float> mma = run(0), wg = run(1);
-    EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "batched groups";
+    const std::vector<float> mma = run(0, 1), wg = run(1, 1), copies = run(1, 0);
+    EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "batched groups (copy engine)";
+    EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << "batched groups (cp.async)";
   }
 }
 

@@ -3,6 +3,7 @@
 add_library(ft_cuda_ops_linear ${FLASHTIER_CUDA_LIBRARY_KIND}
   ${CMAKE_CURRENT_LIST_DIR}/linear_host.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear_launch.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/linear_tma_map.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear_to_f16.cu
   ${CMAKE_CURRENT_LIST_DIR}/linear_f16.cu
   ${CMAKE_CURRENT_LIST_DIR}/linear_f32.cu

@@ -13,6 +13,7 @@
 #include "gpu-worker/backends/cuda/ops/linear_f16_dense.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_launch.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_tma_map.h"
 #include "gpu-worker/backends/cuda/ops/moe_dense_problems.cuh"
 #include "shared/core/error.h"
 
@@ -23,6 +24,7 @@ namespace {
 using DenseWgmma = lin::WgmmaCfg<5>;
 
 std::atomic<int> g_policy{policy_from_env("FLASHTIER_LINEAR_WGMMA")};
+std::atomic<int> g_tma{policy_from_env("FLASHTIER_LINEAR_TMA")};
 
 
 template <class Cfg, class Pr>
@@ -42,14 +44,28 @@ bool linear_wgmma() {
   return current_device_limits().smem_optin >= DenseWgmma::kSmemBytes + 2048 && loads;
 }
 void set_linear_wgmma(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
+void set_linear_tma(int policy) { g_tma.store(policy, std::memory_order_relaxed); }
 }  // namespace lin
 
 namespace {
+// The problem's operands as tensor maps, where the copy engine can read both (linear_tma_map.h).
+bool encode_maps(const DenseProblem& pr, int64_t batch, int box_rows, lin::TmaMaps& maps) {
+  return lin::encode_f16_tile_map(maps.a, pr.xh, pr.k.in8, pr.rows, batch, pr.ld_xh, pr.x_stride, box_rows) &&
+         lin::encode_f16_tile_map(maps.b, pr.w, pr.k.in8, pr.out, batch, pr.k.in8, pr.w_stride, box_rows);
+}
+
 template <class Cfg>
 void launch_dense(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
   DenseProblem pr = in;
   pr.set_tiles(Cfg::BM, lin::wgmma_block_n<Cfg, false>(), batch);
   if (pr.items > 0x7fffffff) throw Error("linear_f16: too many tiles (" + std::to_string(pr.items) + ")");
+  lin::TmaMaps maps;
+  if (g_tma.load(std::memory_order_relaxed) != 0 && pr.rows < 0x7fffffff && pr.out < 0x7fffffff &&
+      encode_maps(pr, batch, Cfg::BM, maps)) {
+    lin::launch_items(lin::linear_wgmma_tma_kernel<Cfg, DenseProblem>, Cfg::kThreads, Cfg::kSmemBytes, pr.items,
+                      false, stream, pr, maps);
+    return;
+  }
   lin::launch_items(lin::linear_wgmma_kernel<Cfg, DenseProblem>, Cfg::kThreads, Cfg::kSmemBytes, pr.items, false,
                     stream, pr);
 }

@@ -17,6 +17,7 @@
 #include "gpu-worker/backends/cuda/ops/linear_contract.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_mma.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_stage_loads.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_tma.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_wgmma.cuh"
 
 namespace ft::cuda::lin {
@@ -38,18 +39,84 @@ __host__ __device__ constexpr int wgmma_block_n() {
   return SWIGLU ? Cfg::BN / 2 : Cfg::BN;
 }
 
+// One stage's k16 steps (k ∈ [kb, min(kb + 64, kend))) into the warpgroup's chain; where chunk
+// c ends here (`ends`), the chain is added to the running total and starts again from zero.
+// swa: the warpgroup's 64 A rows of the stage, sb: the stage's B rows.
+__device__ __forceinline__ void wgmma_stage(float (&chain)[64], float (&total)[64], uint32_t swa, uint32_t sb,
+                                            int64_t kb, int64_t kend, bool ends) {
+#if FT_HAVE_WGMMA
+#pragma unroll
+  for (int q = 0; q < 64; ++q) wgmma_fence_operand(chain[q]);
+  wgmma_fence();
+  if (kb + kStageK <= kend) {
+#pragma unroll
+    for (int j = 0; j < kStageK / 16; ++j)
+      wgmma_m64n128k16(chain, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j), true);
+  } else {  // the last chunk's last stage: its k16 steps up to the chunk's end
+    const int steps = static_cast<int>((kend - kb + 15) / 16);
+    for (int j = 0; j < steps; ++j)
+      wgmma_m64n128k16(chain, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j), true);
+  }
+  wgmma_commit();
+  if (ends) {  // total += P_c, next chain from 0
+    wgmma_wait<0>();
+#pragma unroll
+    for (int q = 0; q < 64; ++q) {
+      wgmma_fence_operand(chain[q]);
+      total[q] = __fadd_rn(total[q], chain[q]);
+      chain[q] = 0.0f;
+    }
+  } else {
+    wgmma_wait<1>();
+  }
+#endif
+}
+
+// The epilogue: element 4i + 2h + e of warpgroup wg's 64 × 128 tile sits at row
+// 16 wq + g + 8h, column 8i + 2 t + e — the mma.sync fragment (mi = 0, ni = i) of linear_f16_tiled.cuh.
+template <class Cfg, class P>
+__device__ __forceinline__ void wgmma_store_tile(const P& p, const LinItem& it, const float (&total)[64],
+                                                 const int32_t* s_id, const float* s_scale, int tid) {
+  constexpr int BN = Cfg::BN;
+  const int warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = wg * 64 + wq * 16 + g + 8 * h;
+    if (r >= it.rows) continue;
+    const int32_t id = s_id[r];
+    const float rs = s_scale[r];
+    if constexpr (!P::kSwiglu) {
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t n = it.n0 + 8 * i + 2 * t4 + e;
+          if (n < p.out) p.store(it, id, n, total[4 * i + 2 * h + e], rs);
+        }
+    } else {
+#pragma unroll
+      for (int q = 0; q < BN / 16; ++q)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t hc = it.n0 + 8 * q + 2 * t4 + e;
+          if (hc < p.out)
+            p.store_swiglu(it, id, hc, total[4 * (2 * q) + 2 * h + e], total[4 * (2 * q + 1) + 2 * h + e], rs);
+        }
+    }
+  }
+}
+
 template <class Cfg, class P>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_kernel(const P p) {
 #if FT_HAVE_WGMMA
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, STAGES = Cfg::STAGES;
+  constexpr int BM = Cfg::BM, STAGES = Cfg::STAGES;
   constexpr int AHEAD = STAGES - 2;  // stages copied ahead of the one computed
-  constexpr bool SWIGLU = P::kSwiglu;
   extern __shared__ unsigned char smem[];
   __shared__ int32_t s_id[BM];
   __shared__ float s_scale[BM];
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it
+  const int tid = threadIdx.x, wg = tid >> 7;  // warpgroup
   const KGeom kg = p.k;
   const int nst = total_stages(kg);
   const int spc = kg.kc / kStageK;
@@ -88,64 +155,94 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_kernel(const P 
       const int c = s / spc;
       const int64_t kb = static_cast<int64_t>(kStageK) * s, kend = chunk_end(kg, c);
       const bool ends = s == nst - 1 || (s + 1) % spc == 0;  // chunk c ends here
-      // This stage's k16 steps into the chain (zeroed at the last fold).
-#pragma unroll
-      for (int q = 0; q < 64; ++q) wgmma_fence_operand(chain[q]);
-      wgmma_fence();
-      if (kb + kStageK <= kend) {
-#pragma unroll
-        for (int j = 0; j < kStageK / 16; ++j)
-          wgmma_m64n128k16(chain, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j), true);
-      } else {  // the last chunk's last stage: its k16 steps up to the chunk's end
-        const int steps = static_cast<int>((kend - kb + 15) / 16);
-        for (int j = 0; j < steps; ++j)
-          wgmma_m64n128k16(chain, wgmma_desc_sw128(swa + 32 * j), wgmma_desc_sw128(sb + 32 * j), true);
-      }
-      wgmma_commit();
-      if (ends) {  // chunk c ends: total += P_c, next chain from 0
-        wgmma_wait<0>();
-#pragma unroll
-        for (int q = 0; q < 64; ++q) {
-          wgmma_fence_operand(chain[q]);
-          total[q] = __fadd_rn(total[q], chain[q]);
-          chain[q] = 0.0f;
-        }
-      } else {
-        wgmma_wait<1>();
-      }
+      wgmma_stage(chain, total, swa, sb, kb, kend, ends);
     }
     wgmma_wait<0>();  // already drained at the last chunk's end; explicit for ptxas
     cp_async_wait<0>();
 
-    // Epilogue: element 4i + 2h + e of the warpgroup's 64 × 128 tile sits at row
-    // 16 wq + g + 8h, column 8i + 2 t + e — the mma.sync fragment (mi = 0, ni = i) of linear_f16_tiled.cuh.
-    const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wg * 64 + wq * 16 + g + 8 * h;
-      if (r >= it.rows) continue;
-      const int32_t id = s_id[r];
-      const float rs = s_scale[r];
-      if constexpr (!SWIGLU) {
-#pragma unroll
-        for (int i = 0; i < BN / 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int64_t n = it.n0 + 8 * i + 2 * t4 + e;
-            if (n < p.out) p.store(it, id, n, total[4 * i + 2 * h + e], rs);
-          }
-      } else {
-#pragma unroll
-        for (int q = 0; q < BN / 16; ++q)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int64_t hc = it.n0 + 8 * q + 2 * t4 + e;
-            if (hc < p.out)
-              p.store_swiglu(it, id, hc, total[4 * (2 * q) + 2 * h + e], total[4 * (2 * q + 1) + 2 * h + e], rs);
-          }
-      }
-    }
+    wgmma_store_tile<Cfg>(p, it, total, s_id, s_scale, tid);
     __syncthreads();  // shared memory and row tables are rewritten by the next item
+  }
+#endif
+}
+
+// The dense problem with its stages brought in by the copy engine (linear_tma.cuh): thread 0
+// issues each stage's two tiles (activations, weights) on the stage slot's barrier, and every
+// warp waits on that barrier instead of copying — the same bytes in the same layout as the
+// per-thread copies above, so the same bits, without the ~300 instructions per warp and stage of
+// address arithmetic the profile found there. The block barrier per stage stays: it is what tells
+// thread 0 that both warpgroups are done with the slot the next stage reuses.
+template <class Cfg, class P>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_tma_kernel(const P p, const __grid_constant__ TmaMaps maps) {
+#if FT_HAVE_WGMMA
+  constexpr int BM = Cfg::BM, STAGES = Cfg::STAGES;
+  constexpr int AHEAD = STAGES - 2;  // stages in flight ahead of the one computed
+  constexpr uint32_t kStageBytes = Cfg::kStageBytes;
+  extern __shared__ unsigned char smem[];
+  __shared__ int32_t s_id[BM];
+  __shared__ float s_scale[BM];
+  __shared__ alignas(8) uint64_t s_full[STAGES];
+
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const KGeom kg = p.k;
+  const int nst = total_stages(kg);
+  const int spc = kg.kc / kStageK;
+  const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
+  const uint32_t bar0 = smem_addr(s_full);
+  const bool issuer = tid == 0;
+  uint64_t policy = 0;
+  if (issuer) {
+    policy = l2_evict_first_policy();
+    for (int i = 0; i < STAGES; ++i) mbar_init(bar0 + 8 * i, 1);
+    mbar_init_fence();
+  }
+  // Slots are used round-robin across items: the next to fill, the next to compute and the
+  // parity of its current phase.
+  int fill = 0, use = 0;
+  uint32_t parity = 0;
+
+  const int64_t n_items = p.n_items();
+  for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
+    LinItem it;
+    if (!p.load_item(idx, it)) continue;  // uniform over the block
+    Cfg::Loads::fill_rows(p, it, s_id, s_scale, tid);
+    __syncthreads();  // the row tables, and (first item) the barriers' initialisation
+
+    const int m0 = static_cast<int>(it.base), n0 = static_cast<int>(it.n0), g = static_cast<int>(it.g);
+    auto issue = [&](int s) {
+      if (issuer) {
+        const uint32_t sa = sbase + static_cast<uint32_t>(fill) * kStageBytes, bar = bar0 + 8 * fill;
+        mbar_arrive_expect_tx(bar, kStageBytes);
+        tma_load_3d(sa, &maps.a, kStageK * s, m0, g, bar);
+        tma_load_3d(sa + BM * kRowBytes, &maps.b, kStageK * s, n0, g, bar, policy);
+      }
+      fill = fill + 1 == STAGES ? 0 : fill + 1;
+    };
+
+    float chain[64], total[64];
+#pragma unroll
+    for (int q = 0; q < 64; ++q) chain[q] = 0.0f, total[q] = 0.0f;
+
+    for (int s = 0; s < AHEAD && s < nst; ++s) issue(s);
+    int left = spc, c = 0;  // stages left in chunk c
+    int64_t kend = chunk_end(kg, 0);
+    for (int s = 0; s < nst; ++s) {
+      // Every warpgroup has waited for the wgmma of stage s − 2, whose slot stage s + AHEAD takes.
+      __syncthreads();
+      if (s + AHEAD < nst) issue(s + AHEAD);
+
+      const uint32_t sa = sbase + static_cast<uint32_t>(use) * kStageBytes;
+      mbar_wait(bar0 + 8 * use, parity);
+      if (++use == STAGES) use = 0, parity ^= 1u;
+      const bool ends = --left == 0 || s == nst - 1;  // chunk c ends here
+      wgmma_stage(chain, total, sa + static_cast<uint32_t>(wg * 64 * kRowBytes), sa + BM * kRowBytes,
+                  static_cast<int64_t>(kStageK) * s, kend, ends);
+      if (ends) left = spc, kend = chunk_end(kg, ++c);
+    }
+    wgmma_wait<0>();  // already drained at the last chunk's end; explicit for ptxas
+
+    wgmma_store_tile<Cfg>(p, it, total, s_id, s_scale, tid);
+    __syncthreads();  // the row tables are rewritten by the next item
   }
 #endif
 }

@@ -18,6 +18,10 @@ namespace lin {
 // set_linear_wgmma for tests and A/B: 0 off, else on).
 bool linear_wgmma();
 void set_linear_wgmma(int policy);
+// Whether the dense problem's wgmma kernel takes its stages from the copy engine (tensor maps)
+// where the operands allow it, or from per-thread cp.async copies (FLASHTIER_LINEAR_TMA=off;
+// set_linear_tma: 0 off, else on). Same bits either way.
+void set_linear_tma(int policy);
 }  // namespace lin
 
 // Launches the dense problem (rows_per_item, block_n, … filled here) on the wgmma kernel.
