@@ -420,9 +420,8 @@ TEST_F(GpuLinearF16, ProgrammaticLaunchGivesTheSameBits) {
   cudaStreamDestroy(st);
 }
 
-// The wgmma form of the tiled kernel, its stages brought by the copy engine (one CTA, or clusters
-// of two sharing the weight tile) or by per-thread copies (sm_90; elsewhere every run takes
-// mma.sync): the same bits as the mma.sync kernel for calls whose grids fill the GPU — K not a multiple of a stage (a short
+// The wgmma form of the tiled kernel, its stages brought by the copy engine or by per-thread
+// copies (sm_90; elsewhere every run takes mma.sync): the same bits as the mma.sync kernel for calls whose grids fill the GPU — K not a multiple of a stage (a short
 // last chunk), outputs not a multiple of the 128-wide tile, rows not a multiple of 128, bias and
 // Accumulate, per-head groups — and against the double reference on the fp16 operands.
 TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
@@ -456,10 +455,8 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
       EXPECT_TRUE(lin::encode_f16_tile_map(map, w.L.w, pad8(s.in), s.out, 1, pad8(s.in), 0, 128)) << what;
     }
     for (const LinearStore store : {LinearStore::Overwrite, LinearStore::Accumulate}) {
-      const std::vector<float> mma = run(0, 1, store), wg = run(1, 1, store), copies = run(1, 0, store),
-                               pairs = run(1, 2, store);
+      const std::vector<float> mma = run(0, 1, store), wg = run(1, 1, store), copies = run(1, 0, store);
       EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what << " (stages by the copy engine)";
-      EXPECT_EQ(bit_mismatches(pairs.data(), mma.data(), pairs.size()), 0u) << what << " (clusters of two)";
       EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << what << " (stages by cp.async)";
       if (store == LinearStore::Overwrite) {
         const std::vector<int64_t> rs = sample(s.rows, 40, 127), cs = sample(s.out, 100, 37);
@@ -489,9 +486,8 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
       lin::set_linear_tma(1);
       return y.download();
     };
-    const std::vector<float> mma = run(0, 1), wg = run(1, 1), copies = run(1, 0), pairs = run(1, 2);
+    const std::vector<float> mma = run(0, 1), wg = run(1, 1), copies = run(1, 0);
     EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "batched groups (copy engine)";
-    EXPECT_EQ(bit_mismatches(pairs.data(), mma.data(), pairs.size()), 0u) << "batched groups (clusters of two)";
     EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << "batched groups (cp.async)";
   }
 }

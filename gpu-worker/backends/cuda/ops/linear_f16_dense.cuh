@@ -29,7 +29,7 @@ struct DenseProblem {
   bool programmatic = false;  // launched to start early (linear_f16_skinny.cuh, starts_early)
   int64_t rows = 0;
   int rows_per_item = 0, block_n = 0;
-  int64_t n_blocks = 0, m_tiles = 0, items = 0, pair_items = 0;
+  int64_t n_blocks = 0, m_tiles = 0, items = 0;
 
   // Items of bm rows × bn outputs for every (group, row tile, output block) of `batch` groups.
   void set_tiles(int bm, int bn, int64_t batch) {
@@ -38,7 +38,6 @@ struct DenseProblem {
     n_blocks = (out + bn - 1) / bn;
     m_tiles = (rows + bm - 1) / bm;
     items = n_blocks * m_tiles * batch;
-    pair_items = n_blocks * ((m_tiles + 1) / 2) * batch;
   }
 
   __device__ int64_t n_items() const { return items; }
@@ -56,24 +55,6 @@ struct DenseProblem {
     it.ws0 = ws;
     it.bias0 = bias;
     return true;
-  }
-  // Items in pairs of row tiles that share an output block (the two CTAs of a cluster, rank 0 and
-  // 1, linear_wgmma_tma_kernel's PAIR form): pair idx's rank r takes row tile 2·mp + r. The
-  // second tile of an odd count has no rows (rows = 0): its CTA still brings its half of the
-  // shared weight tile to its peer.
-  __host__ __device__ int64_t n_pairs() const { return pair_items; }
-  __device__ void load_pair_item(int64_t idx, int rank, lin::LinItem& it) const {
-    const int64_t mpairs = (m_tiles + 1) / 2;
-    const int64_t nb = idx % n_blocks, rest = idx / n_blocks;
-    const int64_t mp = rest % mpairs, g = rest / mpairs;
-    it.n0 = nb * block_n;
-    it.base = (2 * mp + rank) * rows_per_item;
-    it.g = g;
-    const int64_t left = rows - it.base;
-    it.rows = left <= 0 ? 0 : left < rows_per_item ? static_cast<int>(left) : rows_per_item;
-    it.w0 = w + g * w_stride;
-    it.ws0 = ws;
-    it.bias0 = bias;
   }
   __device__ int32_t row_id(const lin::LinItem& it, int i) const { return static_cast<int32_t>(it.base + i); }
   __device__ const __half* a_row(const lin::LinItem& it, int32_t id) const { return xh + it.g * x_stride + id * ld_xh; }

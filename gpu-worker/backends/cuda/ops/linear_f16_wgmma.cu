@@ -27,9 +27,8 @@ using DenseWgmma = lin::WgmmaCfg<5>;
 using DenseTma = lin::WgmmaCfg<6>;
 
 std::atomic<int> g_policy{policy_from_env("FLASHTIER_LINEAR_WGMMA")};
-// 0: per-thread copies, 1: the copy engine, 2: the copy engine with clusters of two CTAs
-// sharing the weight tile (FLASHTIER_LINEAR_TMA=off, FLASHTIER_LINEAR_CLUSTER=on).
-std::atomic<int> g_tma{env_off("FLASHTIER_LINEAR_TMA") ? 0 : policy_from_env("FLASHTIER_LINEAR_CLUSTER") == 2 ? 2 : 1};
+// 0: per-thread copies (FLASHTIER_LINEAR_TMA=off), else the copy engine.
+std::atomic<int> g_tma{env_off("FLASHTIER_LINEAR_TMA") ? 0 : 1};
 
 
 template <class Cfg, class Pr>
@@ -53,32 +52,12 @@ void set_linear_tma(int policy) { g_tma.store(policy, std::memory_order_relaxed)
 }  // namespace lin
 
 namespace {
-// The problem's operands as tensor maps, where the copy engine can read both (linear_tma_map.h);
-// weight tiles of b_rows rows (half a tile when two CTAs share it).
-bool encode_maps(const DenseProblem& pr, int64_t batch, int a_rows, int b_rows, lin::TmaMaps& maps) {
+// The problem's operands as tensor maps of box_rows × 64 tiles, where the copy engine can read
+// both (linear_tma_map.h).
+bool encode_maps(const DenseProblem& pr, int64_t batch, int box_rows, lin::TmaMaps& maps) {
   return pr.rows < 0x7fffffff && pr.out < 0x7fffffff &&
-         lin::encode_f16_tile_map(maps.a, pr.xh, pr.k.in8, pr.rows, batch, pr.ld_xh, pr.x_stride, a_rows) &&
-         lin::encode_f16_tile_map(maps.b, pr.w, pr.k.in8, pr.out, batch, pr.k.in8, pr.w_stride, b_rows);
-}
-
-// Clusters of two CTAs: one per pair of row tiles.
-template <class Cfg>
-void launch_pairs(const DenseProblem& pr, const lin::TmaMaps& maps, cudaStream_t stream) {
-  const auto kernel = lin::linear_wgmma_tma_kernel<Cfg, DenseProblem, true>;
-  lin::prepare_kernel(reinterpret_cast<const void*>(kernel), Cfg::kThreads, Cfg::kSmemBytes);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(2 * pr.n_pairs()));
-  cfg.blockDim = dim3(Cfg::kThreads);
-  cfg.dynamicSmemBytes = Cfg::kSmemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  FT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, pr, maps));
+         lin::encode_f16_tile_map(maps.a, pr.xh, pr.k.in8, pr.rows, batch, pr.ld_xh, pr.x_stride, box_rows) &&
+         lin::encode_f16_tile_map(maps.b, pr.w, pr.k.in8, pr.out, batch, pr.k.in8, pr.w_stride, box_rows);
 }
 
 template <class Cfg>
@@ -91,12 +70,8 @@ void launch_dense(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
   if (tma != 0 && lin::current_device_limits().smem_optin >= DenseTma::kSmemBytes + 2048) {
     DenseProblem pt = in;
     pt.set_tiles(DenseTma::BM, lin::wgmma_block_n<DenseTma, false>(), batch);
-    if (tma == 2 && encode_maps(pt, batch, DenseTma::BM, DenseTma::BN / 2, maps)) {
-      launch_pairs<DenseTma>(pt, maps, stream);
-      return;
-    }
-    if (encode_maps(pt, batch, DenseTma::BM, DenseTma::BN, maps)) {
-      lin::launch_items(lin::linear_wgmma_tma_kernel<DenseTma, DenseProblem, false>, DenseTma::kThreads,
+    if (encode_maps(pt, batch, DenseTma::BM, maps)) {
+      lin::launch_items(lin::linear_wgmma_tma_kernel<DenseTma, DenseProblem>, DenseTma::kThreads,
                         DenseTma::kSmemBytes, pt.items, false, stream, pt, maps);
       return;
     }

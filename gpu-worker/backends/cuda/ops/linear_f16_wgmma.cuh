@@ -172,90 +172,51 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_kernel(const P 
 // per-thread copies above, so the same bits, without the ~300 instructions per warp and stage of
 // address arithmetic the profile found there. The block barrier per stage stays: it is what tells
 // thread 0 that both warpgroups are done with the slot the next stage reuses.
-//
-// PAIR: the two CTAs of a cluster compute neighbouring row tiles of one output block
-// (DenseProblem::load_pair_item) and share its weight tile: each brings half of its rows to both
-// (multicast), so a CTA reads 24 KB a stage from L2 instead of 32. A slot is refilled only when
-// both CTAs are done with it: each one's thread 0 arrives on its own and its peer's `empty`
-// barrier of the slot (two arrivals a phase) and waits for both before the copies.
-template <class Cfg, class P, bool PAIR>
+template <class Cfg, class P>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_tma_kernel(const P p, const __grid_constant__ TmaMaps maps) {
 #if FT_HAVE_WGMMA
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, STAGES = Cfg::STAGES;
+  constexpr int BM = Cfg::BM, STAGES = Cfg::STAGES;
   constexpr int AHEAD = STAGES - 2;  // stages in flight ahead of the one computed
   constexpr uint32_t kStageBytes = Cfg::kStageBytes;
   extern __shared__ unsigned char smem[];
   __shared__ int32_t s_id[BM];
   __shared__ float s_scale[BM];
   __shared__ alignas(8) uint64_t s_full[STAGES];
-  __shared__ alignas(8) uint64_t s_empty[STAGES];
 
   const int tid = threadIdx.x, wg = tid >> 7;
   const KGeom kg = p.k;
   const int nst = total_stages(kg);
   const int spc = kg.kc / kStageK;
   const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
-  const uint32_t full0 = smem_addr(s_full), empty0 = smem_addr(s_empty);
-  const uint32_t rank = PAIR ? cluster_ctarank() : 0u;
+  const uint32_t full0 = smem_addr(s_full);
   const bool issuer = tid == 0;
   uint64_t policy = 0;
   if (issuer) {
     policy = l2_evict_first_policy();
-    for (int i = 0; i < STAGES; ++i) {
-      mbar_init(full0 + 8 * i, 1);
-      if (PAIR) mbar_init(empty0 + 8 * i, 2);
-    }
+    for (int i = 0; i < STAGES; ++i) mbar_init(full0 + 8 * i, 1);
     mbar_init_fence();
   }
-  // Both CTAs' barriers exist before either copies into or arrives on the other.
-  if constexpr (PAIR) cluster_sync();
   // Slots are used round-robin across items: the next to fill, the next to compute and the
-  // parity of its current phase; PAIR: whether the slot to fill had a stage before (its release
-  // to wait for) and the parity of that release.
+  // parity of its current phase.
   int fill = 0, use = 0;
-  uint32_t parity = 0, release_parity = 0;
-  bool refill = false;
+  uint32_t parity = 0;
 
-  const int64_t first = PAIR ? blockIdx.x >> 1 : blockIdx.x, step = PAIR ? gridDim.x >> 1 : gridDim.x;
-  const int64_t count = PAIR ? p.n_pairs() : p.n_items();
-  for (int64_t idx = first; idx < count; idx += step) {
+  const int64_t n_items = p.n_items();
+  for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
     LinItem it;
-    if constexpr (PAIR) p.load_pair_item(idx, static_cast<int>(rank), it);
-    else if (!p.load_item(idx, it)) continue;  // uniform over the block
+    if (!p.load_item(idx, it)) continue;  // uniform over the block
     Cfg::Loads::fill_rows(p, it, s_id, s_scale, tid);
     __syncthreads();  // the row tables, and (first item) the barriers' initialisation
 
     const int m0 = static_cast<int>(it.base), n0 = static_cast<int>(it.n0), g = static_cast<int>(it.g);
     auto issue = [&](int s) {
-      if constexpr (PAIR) {
-        // This CTA is done with the slot (the block barrier before this call); every thread waits
-        // for the peer's release (a wait loop in a branch of some warps makes ptxas serialize the
-        // wgmma), which the pair's shared tiles make them wait for soon anyway.
-        if (refill) {
-          const uint32_t e = empty0 + 8 * fill;
-          if (issuer) {
-            mbar_arrive(e);
-            mbar_arrive_cluster(cluster_peer_addr(e, rank ^ 1u));
-          }
-          mbar_wait_cluster(e, release_parity);
-        }
-      }
       if (issuer) {
         const uint32_t sa = sbase + static_cast<uint32_t>(fill) * kStageBytes, bar = full0 + 8 * fill;
-        const uint32_t sb = sa + BM * kRowBytes;
         mbar_arrive_expect_tx(bar, kStageBytes);
         tma_load_3d(sa, &maps.a, kStageK * s, m0, g, bar);
-        if constexpr (PAIR)
-          tma_load_3d_multicast(sb + rank * (BN / 2) * kRowBytes, &maps.b, kStageK * s, n0 + static_cast<int>(rank) * (BN / 2),
-                                g, bar, 0x3, policy);
-        else
-          tma_load_3d(sb, &maps.b, kStageK * s, n0, g, bar, policy);
+        tma_load_3d(sa + BM * kRowBytes, &maps.b, kStageK * s, n0, g, bar, policy);
       }
-      if (++fill == STAGES) {
-        fill = 0;
-        if (refill) release_parity ^= 1u;
-        refill = true;
-      }
+      fill = fill + 1 == STAGES ? 0 : fill + 1;
     };
 
     float chain[64], total[64];
@@ -283,8 +244,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_tma_kernel(cons
     wgmma_store_tile<Cfg>(p, it, total, s_id, s_scale, tid);
     __syncthreads();  // the row tables are rewritten by the next item
   }
-  // No CTA leaves while its peer may still copy into it or arrive on its barriers.
-  if constexpr (PAIR) cluster_sync();
 #endif
 }
 

@@ -18,10 +18,9 @@ namespace lin {
 // set_linear_wgmma for tests and A/B: 0 off, else on).
 bool linear_wgmma();
 void set_linear_wgmma(int policy);
-// Where the dense problem's wgmma kernel takes its stages from, where the operands allow the
-// copy engine: 0 per-thread cp.async copies (FLASHTIER_LINEAR_TMA=off), 1 the copy engine
-// (tensor maps; the default), 2 the copy engine with clusters of two CTAs sharing each weight
-// tile (FLASHTIER_LINEAR_CLUSTER=on). Same bits every way.
+// Whether the dense problem's wgmma kernel takes its stages from the copy engine (tensor maps,
+// the default) where the operands allow it, or from per-thread cp.async copies
+// (FLASHTIER_LINEAR_TMA=off; set_linear_tma: 0 off, else on). Same bits either way.
 void set_linear_tma(int policy);
 }  // namespace lin
 
