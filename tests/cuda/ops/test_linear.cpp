@@ -492,6 +492,41 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
   }
 }
 
+// The banded item order of the tiled kernels (lin::dense_band): only which block computes which
+// tile changes, so bands on and off give the same bits, on the mma.sync and the wgmma kernels —
+// shapes with several bands and a short last one (23 blocks of 128 outputs in bands of 8 at
+// K = 4096 on an H100; 71 blocks at K = 520), per-head groups. Outputs start random, so a tile
+// left out or written twice with Accumulate shows.
+TEST_F(GpuLinearF16, BandedItemOrderGivesTheSameBits) {
+  struct Shape {
+    int64_t out, in, rows;
+  };
+  for (const Shape s : {Shape{2900, 4096, 1000}, Shape{9000, 520, 300}}) {
+    const std::vector<float> W = test::lin::fast_uniform(s.out * s.in, s.out + 11 * s.in, 0.05f, true);
+    const DeviceWeight w = upload_weight(W, s.out, s.in);
+    const std::vector<float> X = test::lin::fast_uniform(s.rows * s.in, s.rows + 5, 2.0f, false);
+    const DeviceRows d = stage_rows(X, s.rows, s.in);
+    const std::vector<float> y0 = randn(s.rows * s.out, 19);
+    const int64_t band = lin::dense_band((s.out + 127) / 128, 128, pad8(s.in));
+    std::printf("%lldx%lld: %lld blocks of 128 outputs a band\n", static_cast<long long>(s.out),
+                static_cast<long long>(s.in), static_cast<long long>(band));
+    for (const int wgmma : {0, 1}) {
+      auto run = [&](int bands) {
+        lin::set_linear_wgmma(wgmma);
+        lin::set_linear_bands(bands);
+        DevBuf<float> y(y0);
+        linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), s.out, nullptr, LinearStore::Accumulate);
+        lin::set_linear_bands(1);
+        lin::set_linear_wgmma(1);
+        return y.download();
+      };
+      const std::vector<float> one = run(0), banded = run(1);
+      EXPECT_EQ(bit_mismatches(banded.data(), one.data(), one.size()), 0u)
+          << s.out << "x" << s.in << " rows " << s.rows << (wgmma ? " wgmma" : " mma.sync");
+    }
+  }
+}
+
 // ---- linear_f32 ------------------------------------------------------------------------------
 
 class GpuLinearF32 : public test::GpuTest {};

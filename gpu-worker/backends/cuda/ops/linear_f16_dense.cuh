@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gpu-worker/backends/cuda/ops/linear_contract.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_launch.h"
 
 namespace ft::cuda {
 
@@ -31,6 +32,8 @@ struct DenseProblem {
   int rows_per_item = 0, block_n = 0;
   int64_t n_blocks = 0, m_tiles = 0, items = 0;
 
+  int64_t band = 0;  // output blocks per band (lin::dense_band); 0: one band
+
   // Items of bm rows × bn outputs for every (group, row tile, output block) of `batch` groups.
   void set_tiles(int bm, int bn, int64_t batch) {
     rows_per_item = bm;
@@ -38,14 +41,27 @@ struct DenseProblem {
     n_blocks = (out + bn - 1) / bn;
     m_tiles = (rows + bm - 1) / bm;
     items = n_blocks * m_tiles * batch;
+    band = lin::dense_band(n_blocks, bn, k.in8);
   }
 
   __device__ int64_t n_items() const { return items; }
-  // Items run output block fastest: neighbouring blocks share the rows (L2-resident) and
-  // stream different weights.
+  // Items run in bands of `band` output blocks: within a band output block fastest (neighbouring
+  // items share their rows), then row tile, so a band's weights stay in L2 while every row tile
+  // passes over them instead of streaming from HBM once per row tile. Only the order of items
+  // changes with it, not what an item computes.
   __device__ bool load_item(int64_t idx, lin::LinItem& it) const {
-    const int64_t nb = idx % n_blocks, rest = idx / n_blocks;
-    const int64_t mt = rest % m_tiles, g = rest / m_tiles;
+    const int64_t per_group = n_blocks * m_tiles;
+    const int64_t g = idx / per_group, r = idx - g * per_group;
+    int64_t nb, mt;
+    if (band <= 0 || band >= n_blocks || m_tiles == 1) {  // one band (the skinny kernels': one row tile)
+      nb = r % n_blocks;
+      mt = r / n_blocks;
+    } else {
+      const int64_t b = r / (band * m_tiles), within = r - b * (band * m_tiles);
+      const int64_t nb0 = b * band, width = n_blocks - nb0 < band ? n_blocks - nb0 : band;
+      nb = nb0 + within % width;
+      mt = within / width;
+    }
     it.n0 = nb * block_n;
     it.base = mt * rows_per_item;
     it.g = g;

@@ -1,5 +1,6 @@
 #include "gpu-worker/backends/cuda/ops/linear_launch.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@ namespace {
 
 std::mutex g_mutex;
 std::atomic<int> g_programmatic{policy_from_env("FLASHTIER_LINEAR_PDL")};
+std::atomic<int> g_bands{policy_from_env("FLASHTIER_LINEAR_BANDS")};
 
 }  // namespace
 
@@ -31,6 +33,7 @@ const DeviceLimits& current_device_limits() {
   FT_CUDA_CHECK(cudaDeviceGetAttribute(&d->sm_count, cudaDevAttrMultiProcessorCount, dev));
   FT_CUDA_CHECK(cudaDeviceGetAttribute(&d->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   FT_CUDA_CHECK(cudaDeviceGetAttribute(&d->cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&d->l2_bytes, cudaDevAttrL2CacheSize, dev));
   FT_CUDA_CHECK(cudaDeviceGetAttribute(&d->cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
   return *cache.emplace(dev, std::move(d)).first->second;
 }
@@ -73,5 +76,15 @@ bool linear_programmatic(int64_t rows) {
 }
 
 void set_linear_programmatic(int policy) { g_programmatic.store(policy, std::memory_order_relaxed); }
+
+int64_t dense_band(int64_t n_blocks, int block_n, int64_t in8) {
+  if (g_bands.load(std::memory_order_relaxed) == 0 || n_blocks <= 1) return n_blocks > 0 ? n_blocks : 1;
+  // A sixth of L2 for the band's weights (8 MB on the H100 and H200, 1 MB on an RTX 3090): the
+  // row tiles in flight and other data keep the rest.
+  const int64_t band_bytes = static_cast<int64_t>(current_device_limits().l2_bytes) / 6;
+  const int64_t per_block = static_cast<int64_t>(block_n) * in8 * 2;
+  return std::clamp<int64_t>(band_bytes / per_block, 1, n_blocks);
+}
+void set_linear_bands(int policy) { g_bands.store(policy, std::memory_order_relaxed); }
 
 }  // namespace ft::cuda::lin

@@ -14,6 +14,7 @@ struct DeviceLimits {
   int sm_count = 0;
   int smem_optin = 0;  // max dynamic shared memory per block after opt-in (bytes)
   int cc_major = 0, cc_minor = 0;
+  int l2_bytes = 0;
 };
 const DeviceLimits& current_device_limits();
 
@@ -27,5 +28,12 @@ int prepare_kernel(const void* func, int threads, size_t smem_bytes);
 // 0; 1 and 2 mean on). set_linear_programmatic changes it (tests, A/B).
 bool linear_programmatic(int64_t rows);
 void set_linear_programmatic(int policy);
+
+// Output blocks per band of the tiled dense kernels' item order (linear_f16_dense.cuh): as many
+// blocks of block_n outputs (block_n · in8 halves of weights each) as fill a sixth of the
+// device's L2, so they stay there while every row tile passes over them; all n_blocks when
+// FLASHTIER_LINEAR_BANDS=off (policy 0; set_linear_bands for tests and A/B).
+int64_t dense_band(int64_t n_blocks, int block_n, int64_t in8);
+void set_linear_bands(int policy);
 
 }  // namespace ft::cuda::lin
