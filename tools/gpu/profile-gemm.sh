@@ -3,7 +3,7 @@
 # Nsight Compute on one launch of each tensor-core prefill kernel, as the benchmarks call them:
 #   dense  linear_tiled_kernel   (flashtier-bench-linear --quick)
 #   exl3   exl3_gemm_kernel      (flashtier-bench-exl3 --only prefill)
-#   densewg, exl3wg, moewg   the wgmma forms of the three (sm_90a)
+#   densewg, exl3wg, moewg   the wgmma forms of the three (sm_90a); densetma the dense one fed by TMA
 #   moe    exl3_moe_gemm_kernel  (flashtier-bench-exl3 --only moeprefill)
 #   gemv, gemvkda  exl3_gemv_kernel at batch 1, MLA o / KDA q/k/v, K=3 (not run unless named)
 # and prints throughput against peak (tensor pipe, issue, shared memory, DRAM), occupancy and
@@ -43,6 +43,8 @@ each() {
       moe) "$fn" moe exl3_moe_gemm_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
       # Their wgmma forms (sm_90a; the EXL3 ones need FLASHTIER_EXL3_WGMMA=on until it is the default).
       densewg) "$fn" densewg linear_wgmma_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
+      # The dense wgmma kernel fed by the copy engine (the default on sm_90 since session 24).
+      densetma) "$fn" densetma linear_wgmma_tma_kernel 4 "$B/bin/flashtier-bench-linear" --quick ;;
       exl3wg) "$fn" exl3wg exl3_gemm_wgmma_kernel 4 "$B/bin/flashtier-bench-exl3" --only prefill ;;
       moewg) "$fn" moewg exl3_moe_gemm_wgmma_kernel 2 "$B/bin/flashtier-bench-exl3" --only moeprefill ;;
       # The batch-1 GEMV at MLA o (16384→4096, K=3), eager calls after the first few.
