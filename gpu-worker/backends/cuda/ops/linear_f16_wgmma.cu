@@ -71,8 +71,8 @@ void launch_dense(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
     DenseProblem pt = in;
     pt.set_tiles(DenseTma::BM, lin::wgmma_block_n<DenseTma, false>(), batch);
     if (encode_maps(pt, batch, DenseTma::BM, maps)) {
-      lin::launch_items(lin::linear_wgmma_tma_kernel<DenseTma, DenseProblem>, DenseTma::kThreads,
-                        DenseTma::kSmemBytes, pt.items, false, stream, pt, maps);
+      lin::launch_items(lin::linear_wgmma_tma_kernel<DenseTma, DenseProblem>, lin::tma_threads<DenseTma>(),
+                        DenseTma::kSmemBytes, pt.items, true, stream, pt, maps);
       return;
     }
   }

@@ -166,83 +166,114 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_kernel(const P 
 #endif
 }
 
-// The dense problem with its stages brought in by the copy engine (linear_tma.cuh): thread 0
-// issues each stage's two tiles (activations, weights) on the stage slot's barrier, and every
-// warp waits on that barrier instead of copying — the same bytes in the same layout as the
-// per-thread copies above, so the same bits, without the ~300 instructions per warp and stage of
-// address arithmetic the profile found there. The block barrier per stage stays: it is what tells
-// thread 0 that both warpgroups are done with the slot the next stage reuses.
+// The dense problem with its stages brought in by the copy engine (linear_tma.cuh), by a warp of
+// its own: Cfg::kThreads consumer threads (two warpgroups) multiply, and one more warp — the
+// producer — issues each stage's two tiles (activations, weights) on the slot's `full` barrier
+// as soon as the slot's `empty` barrier says every consumer warp is done with its last stage. The
+// same bytes in the same layout as the per-thread copies of linear_wgmma_kernel, so the same bits,
+// without their per-stage address arithmetic (~300 instructions per warp and stage in session
+// 21's profile) and without a block barrier per stage: the warpgroups run apart, and on a
+// persistent grid the producer brings the next item's stages in while the consumers store the
+// last one's outputs.
+template <class Cfg>
+constexpr int tma_threads() {
+  return Cfg::kThreads + 32;
+}
 template <class Cfg, class P>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) linear_wgmma_tma_kernel(const P p, const __grid_constant__ TmaMaps maps) {
+__global__ void __launch_bounds__(tma_threads<Cfg>(), 1) linear_wgmma_tma_kernel(const P p, const __grid_constant__ TmaMaps maps) {
 #if FT_HAVE_WGMMA
-  constexpr int BM = Cfg::BM, STAGES = Cfg::STAGES;
-  constexpr int AHEAD = STAGES - 2;  // stages in flight ahead of the one computed
+  constexpr int BM = Cfg::BM, STAGES = Cfg::STAGES, kConsumers = Cfg::kThreads;
   constexpr uint32_t kStageBytes = Cfg::kStageBytes;
   extern __shared__ unsigned char smem[];
   __shared__ int32_t s_id[BM];
   __shared__ float s_scale[BM];
   __shared__ alignas(8) uint64_t s_full[STAGES];
+  __shared__ alignas(8) uint64_t s_empty[STAGES];
 
-  const int tid = threadIdx.x, wg = tid >> 7;
+  const int tid = threadIdx.x;
   const KGeom kg = p.k;
   const int nst = total_stages(kg);
-  const int spc = kg.kc / kStageK;
   const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
-  const uint32_t full0 = smem_addr(s_full);
-  const bool issuer = tid == 0;
-  uint64_t policy = 0;
-  if (issuer) {
-    policy = l2_evict_first_policy();
-    for (int i = 0; i < STAGES; ++i) mbar_init(full0 + 8 * i, 1);
+  const uint32_t full0 = smem_addr(s_full), empty0 = smem_addr(s_empty);
+  if (tid == 0) {
+    for (int i = 0; i < STAGES; ++i) {
+      mbar_init(full0 + 8 * i, 1);
+      mbar_init(empty0 + 8 * i, kConsumers / 32);  // one arrival per consumer warp
+    }
     mbar_init_fence();
   }
-  // Slots are used round-robin across items: the next to fill, the next to compute and the
-  // parity of its current phase.
-  int fill = 0, use = 0;
-  uint32_t parity = 0;
-
+  __syncthreads();  // the last block-wide barrier: roles part here
   const int64_t n_items = p.n_items();
+  // The role as a value the compiler sees uniform over each warpgroup (a wgmma in a branch it
+  // cannot prove uniform gets serialized).
+  const int role = __shfl_sync(0xffffffffu, tid / 128, 0);
+
+  if (role == kConsumers / 128) {  // the producer warp: its lane 0 issues every stage
+    if (tid == kConsumers) {
+      const uint64_t policy = l2_evict_first_policy();
+      int fill = 0;
+      uint32_t parity = 0;
+      bool reuse = false;  // whether the slot to fill held a stage before
+      for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
+        LinItem it;
+        if (!p.load_item(idx, it)) continue;
+        const int m0 = static_cast<int>(it.base), n0 = static_cast<int>(it.n0), g = static_cast<int>(it.g);
+        for (int s = 0; s < nst; ++s) {
+          if (reuse) mbar_wait(empty0 + 8 * fill, parity);
+          const uint32_t sa = sbase + static_cast<uint32_t>(fill) * kStageBytes, bar = full0 + 8 * fill;
+          mbar_arrive_expect_tx(bar, kStageBytes);
+          tma_load_3d(sa, &maps.a, kStageK * s, m0, g, bar);
+          tma_load_3d(sa + BM * kRowBytes, &maps.b, kStageK * s, n0, g, bar, policy);
+          if (++fill == STAGES) {
+            fill = 0;
+            if (reuse) parity ^= 1u;
+            reuse = true;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // The consumers: the two warpgroups, rows 64·wg … 64·wg + 63 of each item.
+  const int wg = role;
+  const int spc = kg.kc / kStageK;
+  int use = 0;  // the next slot to compute, and the parity of its current phase
+  uint32_t parity = 0;
   for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
     LinItem it;
     if (!p.load_item(idx, it)) continue;  // uniform over the block
     Cfg::Loads::fill_rows(p, it, s_id, s_scale, tid);
-    __syncthreads();  // the row tables, and (first item) the barriers' initialisation
-
-    const int m0 = static_cast<int>(it.base), n0 = static_cast<int>(it.n0), g = static_cast<int>(it.g);
-    auto issue = [&](int s) {
-      if (issuer) {
-        const uint32_t sa = sbase + static_cast<uint32_t>(fill) * kStageBytes, bar = full0 + 8 * fill;
-        mbar_arrive_expect_tx(bar, kStageBytes);
-        tma_load_3d(sa, &maps.a, kStageK * s, m0, g, bar);
-        tma_load_3d(sa + BM * kRowBytes, &maps.b, kStageK * s, n0, g, bar, policy);
-      }
-      fill = fill + 1 == STAGES ? 0 : fill + 1;
-    };
+    consumer_sync<kConsumers>();  // the row tables
 
     float chain[64], total[64];
 #pragma unroll
     for (int q = 0; q < 64; ++q) chain[q] = 0.0f, total[q] = 0.0f;
 
-    for (int s = 0; s < AHEAD && s < nst; ++s) issue(s);
     int left = spc, c = 0;  // stages left in chunk c
     int64_t kend = chunk_end(kg, 0);
+    int pending = -1;  // the slot whose wgmma may still run (the stage before this one)
     for (int s = 0; s < nst; ++s) {
-      // Every warpgroup has waited for the wgmma of stage s − 2, whose slot stage s + AHEAD takes.
-      __syncthreads();
-      if (s + AHEAD < nst) issue(s + AHEAD);
-
-      const uint32_t sa = sbase + static_cast<uint32_t>(use) * kStageBytes;
-      mbar_wait(full0 + 8 * use, parity);
+      const int slot = use;
+      const uint32_t sa = sbase + static_cast<uint32_t>(slot) * kStageBytes;
+      mbar_wait(full0 + 8 * slot, parity);
       if (++use == STAGES) use = 0, parity ^= 1u;
       const bool ends = --left == 0 || s == nst - 1;  // chunk c ends here
       wgmma_stage(chain, total, sa + static_cast<uint32_t>(wg * 64 * kRowBytes), sa + BM * kRowBytes,
                   static_cast<int64_t>(kStageK) * s, kend, ends);
+      // wgmma_stage waited for all but this stage's group (all of them at a chunk's end): this
+      // warp is done reading those slots.
+      if ((tid & 31) == 0) {
+        if (pending >= 0) mbar_arrive(empty0 + 8 * pending);
+        if (ends) mbar_arrive(empty0 + 8 * slot);
+      }
+      pending = ends ? -1 : slot;
       if (ends) left = spc, kend = chunk_end(kg, ++c);
     }
     wgmma_wait<0>();  // already drained at the last chunk's end; explicit for ptxas
 
     wgmma_store_tile<Cfg>(p, it, total, s_id, s_scale, tid);
-    __syncthreads();  // the row tables are rewritten by the next item
+    consumer_sync<kConsumers>();  // the row tables are rewritten by the next item
   }
 #endif
 }

@@ -57,6 +57,15 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(group), "r"(bar), "l"(policy)
       : "memory");
 }
+// A plain arrival (one of the barrier's expected arrivals, no bytes).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Barrier 1 among the first N threads of the block (the consumers; barrier 0 is __syncthreads).
+template <int N>
+__device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(N) : "memory");
+}
 #endif
 
 }  // namespace ft::cuda::lin
