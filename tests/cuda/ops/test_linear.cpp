@@ -490,6 +490,35 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "batched groups (copy engine)";
     EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << "batched groups (cp.async)";
   }
+  // MLA's layout: a token's row holds every head (group g at column g·in, row stride batch·in,
+  // one row scale for all groups), outputs interleaved the same way. The copy engine may or may
+  // not take a group stride below the row stride; either way the bits must be mma.sync's.
+  {
+    const int64_t batch = 8, out = 512, in = 128, rows = 4096;
+    const std::vector<float> W = test::lin::fast_uniform(batch * out * in, 5, 0.1f, true);
+    const DeviceWeight all = upload_weight(W, batch * out, in);
+    LinearF16 L = all.L;
+    L.out = out;
+    L.k_chunk = linear_k_chunk(in, out);
+    const std::vector<float> X = test::lin::fast_uniform(rows * batch * in, 6, 2.0f, false);
+    const DeviceRows d = stage_rows(X, rows, batch * in);
+    CUtensorMap map;
+    std::printf("head-interleaved rows by the copy engine: %s\n",
+                lin::encode_f16_tile_map(map, d.h(), in, rows, batch, d.ld, in, 128) ? "yes" : "no (cp.async)");
+    auto run = [&](int policy, int tma) {
+      lin::set_linear_wgmma(policy);
+      lin::set_linear_tma(tma);
+      DevBuf<float> y(static_cast<size_t>(rows * batch * out));
+      linear_f16_batched(L, batch, out * pad8(in), d.h(), d.ld, in, d.rs.get(), 0, rows, y.get(), batch * out, out,
+                         nullptr);
+      lin::set_linear_wgmma(1);
+      lin::set_linear_tma(1);
+      return y.download();
+    };
+    const std::vector<float> mma = run(0, 1), wg = run(1, 1), copies = run(1, 0);
+    EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "head-interleaved groups (copy engine)";
+    EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << "head-interleaved groups (cp.async)";
+  }
 }
 
 // The banded item order of the tiled kernels (lin::dense_band): only which block computes which

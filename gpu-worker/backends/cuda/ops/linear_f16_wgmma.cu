@@ -52,12 +52,15 @@ void set_linear_tma(int policy) { g_tma.store(policy, std::memory_order_relaxed)
 }  // namespace lin
 
 namespace {
-// The problem's operands as tensor maps of box_rows × 64 tiles, where the copy engine can read
-// both (linear_tma_map.h).
-bool encode_maps(const DenseProblem& pr, int64_t batch, int box_rows, lin::TmaMaps& maps) {
-  return pr.rows < 0x7fffffff && pr.out < 0x7fffffff &&
-         lin::encode_f16_tile_map(maps.a, pr.xh, pr.k.in8, pr.rows, batch, pr.ld_xh, pr.x_stride, box_rows) &&
-         lin::encode_f16_tile_map(maps.b, pr.w, pr.k.in8, pr.out, batch, pr.k.in8, pr.w_stride, box_rows);
+// The problem's operands as tensor maps of Cfg's tiles — BM activation rows and BN weight rows of
+// 64 halves, the stage's bytes the kernel's barriers expect — where the copy engine can read both
+// (linear_tma_map.h).
+template <class Cfg>
+bool encode_maps(const DenseProblem& pr, int64_t batch, lin::TmaMaps& maps) {
+  static_assert(Cfg::kStageBytes == (Cfg::BM + Cfg::BN) * lin::kRowBytes, "a stage is the two tiles");
+  return pr.rows < 0x7fffffff && pr.out < 0x7fffffff && pr.k.in8 < 0x7fffffff &&
+         lin::encode_f16_tile_map(maps.a, pr.xh, pr.k.in8, pr.rows, batch, pr.ld_xh, pr.x_stride, Cfg::BM) &&
+         lin::encode_f16_tile_map(maps.b, pr.w, pr.k.in8, pr.out, batch, pr.k.in8, pr.w_stride, Cfg::BN);
 }
 
 template <class Cfg>
@@ -70,7 +73,7 @@ void launch_dense(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
   if (tma != 0 && lin::current_device_limits().smem_optin >= DenseTma::kSmemBytes + 2048) {
     DenseProblem pt = in;
     pt.set_tiles(DenseTma::BM, lin::wgmma_block_n<DenseTma, false>(), batch);
-    if (encode_maps(pt, batch, DenseTma::BM, maps)) {
+    if (pt.items <= 0x7fffffff && encode_maps<DenseTma>(pt, batch, maps)) {
       lin::launch_items(lin::linear_wgmma_tma_kernel<DenseTma, DenseProblem>, lin::tma_threads<DenseTma>(),
                         DenseTma::kSmemBytes, pt.items, true, stream, pt, maps);
       return;
