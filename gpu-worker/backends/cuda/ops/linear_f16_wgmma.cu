@@ -22,8 +22,9 @@ namespace {
 
 // 5 stages (161 KB): three stages in flight while one computes and one waits for reuse.
 using DenseWgmma = lin::WgmmaCfg<5>;
-// The copy engine's form: 6 stages (193 KB), four in flight — a copy is issued four stages
-// (~1,000 tensor cycles at full rate) before it is needed, more than a trip to HBM.
+// The copy engine's form: 6 stages (193 KB). The producer warp refills a slot as soon as the
+// consumers release it, so a copy is issued up to five stages (~1,300 tensor cycles at full rate)
+// before it is needed, more than a trip to HBM.
 using DenseTma = lin::WgmmaCfg<6>;
 
 std::atomic<int> g_policy{policy_from_env("FLASHTIER_LINEAR_WGMMA")};
