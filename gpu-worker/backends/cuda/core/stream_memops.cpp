@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/driver_entry.h"
 #include "gpu-worker/backends/cuda/core/programmatic.h"
 #include "shared/core/error.h"
 
@@ -23,18 +24,8 @@ const MemOps& memops() {
   static MemOps ops;
   static std::once_flag once;
   std::call_once(once, [] {
-    auto find = [](const char* name) -> MemOpFn {
-      void* fn = nullptr;
-      cudaDriverEntryPointQueryResult q{};
-      if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-          q != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError();
-        return nullptr;
-      }
-      return reinterpret_cast<MemOpFn>(fn);
-    };
-    ops.write = find("cuStreamWriteValue32");
-    ops.wait = find("cuStreamWaitValue32");
+    ops.write = reinterpret_cast<MemOpFn>(driver_entry_point("cuStreamWriteValue32"));
+    ops.wait = reinterpret_cast<MemOpFn>(driver_entry_point("cuStreamWaitValue32"));
   });
   return ops;
 }

@@ -69,16 +69,14 @@ void launch_dense(const DenseProblem& in, int64_t batch, cudaStream_t stream) {
   DenseProblem pr = in;
   pr.set_tiles(Cfg::BM, lin::wgmma_block_n<Cfg, false>(), batch);
   if (pr.items > 0x7fffffff) throw Error("linear_f16: too many tiles (" + std::to_string(pr.items) + ")");
-  const int tma = g_tma.load(std::memory_order_relaxed);
+  // Both forms cut the problem into the same tiles, so one tiling serves either.
+  static_assert(DenseTma::BM == Cfg::BM && DenseTma::BN == Cfg::BN, "one tiling for both forms");
   lin::TmaMaps maps;
-  if (tma != 0 && lin::current_device_limits().smem_optin >= DenseTma::kSmemBytes + 2048) {
-    DenseProblem pt = in;
-    pt.set_tiles(DenseTma::BM, lin::wgmma_block_n<DenseTma, false>(), batch);
-    if (pt.items <= 0x7fffffff && encode_maps<DenseTma>(pt, batch, maps)) {
-      lin::launch_items(lin::linear_wgmma_tma_kernel<DenseTma, DenseProblem>, lin::tma_threads<DenseTma>(),
-                        DenseTma::kSmemBytes, pt.items, true, stream, pt, maps);
-      return;
-    }
+  if (g_tma.load(std::memory_order_relaxed) != 0 &&
+      lin::current_device_limits().smem_optin >= DenseTma::kSmemBytes + 2048 && encode_maps<DenseTma>(pr, batch, maps)) {
+    lin::launch_items(lin::linear_wgmma_tma_kernel<DenseTma, DenseProblem>, lin::tma_threads<DenseTma>(),
+                      DenseTma::kSmemBytes, pr.items, true, stream, pr, maps);
+    return;
   }
   lin::launch_items(lin::linear_wgmma_kernel<Cfg, DenseProblem>, Cfg::kThreads, Cfg::kSmemBytes, pr.items, false,
                     stream, pr);

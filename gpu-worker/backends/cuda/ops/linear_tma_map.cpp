@@ -1,26 +1,15 @@
 #include "gpu-worker/backends/cuda/ops/linear_tma_map.h"
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
-#include <mutex>
+#include "gpu-worker/backends/cuda/core/driver_entry.h"
 
 namespace ft::cuda::lin {
 namespace {
 
-// The driver's encoder through the runtime's entry-point query: the libraries link cudart only.
+// The driver's encoder, looked up once: the libraries link cudart only.
 PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-    else
-      (void)cudaGetLastError();
-  });
+  static const auto fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(driver_entry_point("cuTensorMapEncodeTiled"));
   return fn;
 }
 
