@@ -420,6 +420,27 @@ TEST_F(GpuLinearF16, ProgrammaticLaunchGivesTheSameBits) {
   cudaStreamDestroy(st);
 }
 
+// What `call` writes (it returns the output buffer) with the wgmma switch at `policy` and the
+// copy-engine switch at `tma`; both are back on afterwards.
+template <class Call>
+std::vector<float> under_switches(int policy, int tma, Call&& call) {
+  lin::set_linear_wgmma(policy);
+  lin::set_linear_tma(tma);
+  const std::vector<float> y = call().download();
+  lin::set_linear_wgmma(1);
+  lin::set_linear_tma(1);
+  return y;
+}
+
+// The wgmma kernel, stages by the copy engine and by cp.async, gives mma.sync's bits for `call`.
+template <class Call>
+void expect_wgmma_forms_give_mma_bits(Call&& call, const std::string& what) {
+  const std::vector<float> mma = under_switches(0, 1, call), wg = under_switches(1, 1, call),
+                           copies = under_switches(1, 0, call);
+  EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what << " (copy engine)";
+  EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << what << " (cp.async)";
+}
+
 // The wgmma form of the tiled kernel, its stages brought by the copy engine or by per-thread
 // copies (sm_90; elsewhere every run takes mma.sync): the same bits as the mma.sync kernel for calls whose grids fill the GPU — K not a multiple of a stage (a short
 // last chunk), outputs not a multiple of the 128-wide tile, rows not a multiple of 128, bias and
@@ -440,13 +461,11 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     const int64_t ld_y = s.out + 3;
     const std::vector<float> y0 = randn(s.rows * ld_y, 17);
     auto run = [&](int policy, int tma, LinearStore store) {
-      lin::set_linear_wgmma(policy);
-      lin::set_linear_tma(tma);
-      DevBuf<float> y(y0);
-      linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), ld_y, nullptr, store);
-      lin::set_linear_wgmma(1);
-      lin::set_linear_tma(1);
-      return y.download();
+      return under_switches(policy, tma, [&] {
+        DevBuf<float> y(y0);
+        linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), ld_y, nullptr, store);
+        return y;
+      });
     };
     const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + ", rows " + std::to_string(s.rows);
     if (wgmma) {  // the copy-engine runs below do take that path
@@ -476,19 +495,14 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     L.k_chunk = linear_k_chunk(in, out);
     const std::vector<float> X = test::lin::fast_uniform(batch * rows * in, 4, 2.0f, false);
     const DeviceRows d = stage_rows(X, batch * rows, in);
-    auto run = [&](int policy, int tma) {
-      lin::set_linear_wgmma(policy);
-      lin::set_linear_tma(tma);
-      DevBuf<float> y(static_cast<size_t>(batch * rows * out));
-      linear_f16_batched(L, batch, out * ld, d.h(), ld, rows * ld, d.rs.get(), rows, rows, y.get(), out, rows * out,
-                         nullptr);
-      lin::set_linear_wgmma(1);
-      lin::set_linear_tma(1);
-      return y.download();
-    };
-    const std::vector<float> mma = run(0, 1), wg = run(1, 1), copies = run(1, 0);
-    EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "batched groups (copy engine)";
-    EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << "batched groups (cp.async)";
+    expect_wgmma_forms_give_mma_bits(
+        [&] {
+          DevBuf<float> y(static_cast<size_t>(batch * rows * out));
+          linear_f16_batched(L, batch, out * ld, d.h(), ld, rows * ld, d.rs.get(), rows, rows, y.get(), out,
+                             rows * out, nullptr);
+          return y;
+        },
+        "batched groups");
   }
   // MLA's layout: a token's row holds every head (group g at column g·in, row stride batch·in,
   // one row scale for all groups), outputs interleaved the same way. The copy engine may or may
@@ -505,19 +519,14 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     CUtensorMap map;
     std::printf("head-interleaved rows by the copy engine: %s\n",
                 lin::encode_f16_tile_map(map, d.h(), in, rows, batch, d.ld, in, 128) ? "yes" : "no (cp.async)");
-    auto run = [&](int policy, int tma) {
-      lin::set_linear_wgmma(policy);
-      lin::set_linear_tma(tma);
-      DevBuf<float> y(static_cast<size_t>(rows * batch * out));
-      linear_f16_batched(L, batch, out * pad8(in), d.h(), d.ld, in, d.rs.get(), 0, rows, y.get(), batch * out, out,
-                         nullptr);
-      lin::set_linear_wgmma(1);
-      lin::set_linear_tma(1);
-      return y.download();
-    };
-    const std::vector<float> mma = run(0, 1), wg = run(1, 1), copies = run(1, 0);
-    EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << "head-interleaved groups (copy engine)";
-    EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << "head-interleaved groups (cp.async)";
+    expect_wgmma_forms_give_mma_bits(
+        [&] {
+          DevBuf<float> y(static_cast<size_t>(rows * batch * out));
+          linear_f16_batched(L, batch, out * pad8(in), d.h(), d.ld, in, d.rs.get(), 0, rows, y.get(), batch * out,
+                             out, nullptr);
+          return y;
+        },
+        "head-interleaved groups");
   }
 }
 
