@@ -432,13 +432,15 @@ std::vector<float> under_switches(int policy, int tma, Call&& call) {
   return y;
 }
 
-// The wgmma kernel, stages by the copy engine and by cp.async, gives mma.sync's bits for `call`.
+// The wgmma kernel, stages by the copy engine and by cp.async, gives mma.sync's bits for `call`;
+// returns the copy-engine form's output.
 template <class Call>
-void expect_wgmma_forms_give_mma_bits(Call&& call, const std::string& what) {
+std::vector<float> expect_wgmma_forms_give_mma_bits(Call&& call, const std::string& what) {
   const std::vector<float> mma = under_switches(0, 1, call), wg = under_switches(1, 1, call),
                            copies = under_switches(1, 0, call);
   EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what << " (copy engine)";
   EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << what << " (cp.async)";
+  return wg;
 }
 
 // The wgmma form of the tiled kernel, its stages brought by the copy engine or by per-thread
@@ -460,13 +462,6 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
     const DeviceRows d = stage_rows(X, s.rows, s.in);
     const int64_t ld_y = s.out + 3;
     const std::vector<float> y0 = randn(s.rows * ld_y, 17);
-    auto run = [&](int policy, int tma, LinearStore store) {
-      return under_switches(policy, tma, [&] {
-        DevBuf<float> y(y0);
-        linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), ld_y, nullptr, store);
-        return y;
-      });
-    };
     const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + ", rows " + std::to_string(s.rows);
     if (wgmma) {  // the copy-engine runs below do take that path
       CUtensorMap map;
@@ -474,9 +469,13 @@ TEST_F(GpuLinearF16, WgmmaGivesTheMmaSyncBits) {
       EXPECT_TRUE(lin::encode_f16_tile_map(map, w.L.w, pad8(s.in), s.out, 1, pad8(s.in), 0, 128)) << what;
     }
     for (const LinearStore store : {LinearStore::Overwrite, LinearStore::Accumulate}) {
-      const std::vector<float> mma = run(0, 1, store), wg = run(1, 1, store), copies = run(1, 0, store);
-      EXPECT_EQ(bit_mismatches(wg.data(), mma.data(), wg.size()), 0u) << what << " (stages by the copy engine)";
-      EXPECT_EQ(bit_mismatches(copies.data(), mma.data(), copies.size()), 0u) << what << " (stages by cp.async)";
+      const std::vector<float> wg = expect_wgmma_forms_give_mma_bits(
+          [&] {
+            DevBuf<float> y(y0);
+            linear_f16(w.L, d.h(), d.ld, d.rs.get(), s.rows, y.get(), ld_y, nullptr, store);
+            return y;
+          },
+          what);
       if (store == LinearStore::Overwrite) {
         const std::vector<int64_t> rs = sample(s.rows, 40, 127), cs = sample(s.out, 100, 37);
         const auto want = reference_f16(w.host, d.xh.download(), d.ld, d.rs.download(), rs, cs, &bias);
