@@ -23,6 +23,7 @@
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/ops/linear.h"
+#include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "tools/bench-cuda/cublas_ref.h"
 #include "tools/bench-cuda/graph_timer.h"
@@ -206,13 +207,15 @@ void bench_shape(int64_t out, int64_t in, const std::vector<int64_t>& row_counts
 }
 
 // 8 experts × top-8 at D 4096, I 2048: every token routes to every expert (all active, as in
-// the bf16 benchmark model's decode), two copies of the experts rotated.
+// the bf16 benchmark model's decode), two copies of the experts rotated. Prefill-sized rows run
+// the sorted-row form where this device has it (FLASHTIER_MOE_SORTED=off: the gathered form).
 void bench_moe(const std::vector<int64_t>& tokens, const Bandwidth& bw, cudaStream_t s, std::vector<Row>& table) {
   constexpr int E = 8, top_k = 8;
   constexpr int64_t D = 4096, I = 2048;
   constexpr int sets = 2;
   const int64_t max_n = bench::max_or(tokens, 1);
   std::vector<DenseExpert*> experts(sets);
+  std::vector<DenseExpertMaps*> maps(sets, nullptr);
   std::vector<__half*> wmem(sets);
   const size_t per_expert = 3 * static_cast<size_t>(I * D);
   for (int si = 0; si < sets; ++si) {
@@ -234,6 +237,13 @@ void bench_moe(const std::vector<int64_t>& tokens, const Bandwidth& bw, cudaStre
     }
     experts[si] = dalloc<DenseExpert>(E);
     FT_CUDA_CHECK(cudaMemcpy(experts[si], host.data(), sizeof(DenseExpert) * E, cudaMemcpyHostToDevice));
+    std::vector<DenseExpertMaps> hm(E);
+    bool ok = lin::grouped_sorted_wgmma();
+    for (int e = 0; ok && e < E; ++e) ok = moe_dense_expert_maps(host[e], hm[e]);
+    if (ok) {
+      maps[si] = dalloc<DenseExpertMaps>(E);
+      FT_CUDA_CHECK(cudaMemcpy(maps[si], hm.data(), sizeof(DenseExpertMaps) * E, cudaMemcpyHostToDevice));
+    }
   }
   std::vector<int32_t> hexp(max_n * top_k);
   std::vector<float> hw(max_n * top_k, 1.0f / top_k);
@@ -249,13 +259,13 @@ void bench_moe(const std::vector<int64_t>& tokens, const Bandwidth& bw, cudaStre
   fill(x, max_n * D, 0.5f);
   float* Y = dalloc<float>(max_n * top_k * D);
   float* out = dalloc<float>(max_n * D);
-  void* ws = dalloc<uint8_t>(moe_dense_workspace_bytes(max_n, top_k, D, I));
+  void* ws = dalloc<uint8_t>(moe_dense_workspace_bytes(max_n, top_k, D, I, maps[0] != nullptr));
   const double bound_bytes = static_cast<double>(E) * per_expert * 2;
   for (int64_t n : tokens) {
     const MoeRoutes r{dexp, dw, n, top_k};
     auto call = [&](int i, cudaStream_t st) {
       moe_dispatch(r, E, d, st);
-      moe_dense_experts(experts[i % sets], r, d, x, D, D, I, 10.0f, Y, ws, st);
+      moe_dense_experts(experts[i % sets], r, d, x, D, D, I, 10.0f, Y, ws, st, maps[i % sets]);
       moe_combine(Y, dw, n, top_k, D, out, D, LinearStore::Overwrite, st);
     };
     const int per = calls_per_graph(call, sets, s);
@@ -268,14 +278,15 @@ void bench_moe(const std::vector<int64_t>& tokens, const Bandwidth& bw, cudaStre
     row.hbm_pct = 100.0 * row.gbs / bw.read_gbs;
     row.tflops = 2.0 * n * top_k * 3.0 * I * D / (ms * 1e-3) / 1e12;
     row.note = "bound " + std::to_string(static_cast<int>(bound_bytes / (bw.read_gbs * 1e9) * 1e6)) + " us";
-    std::printf("%-20s tokens %2lld  %9.2f us  %8.1f GB/s (%5.1f%% HBM; %s)\n", row.what.c_str(),
-                static_cast<long long>(n), row.us, row.gbs, row.hbm_pct, row.note.c_str());
+    std::printf("%-20s tokens %4lld  %9.2f us  %8.1f GB/s (%5.1f%% HBM; %s)  %7.1f TFLOP/s\n", row.what.c_str(),
+                static_cast<long long>(n), row.us, row.gbs, row.hbm_pct, row.note.c_str(), row.tflops);
     std::fflush(stdout);
     table.push_back(row);
   }
   for (int si = 0; si < sets; ++si) {
     cudaFree(wmem[si]);
     cudaFree(experts[si]);
+    cudaFree(maps[si]);
   }
   cudaFree(dexp);
   cudaFree(dw);
@@ -337,7 +348,7 @@ int main(int argc, char** argv) {
     }
     std::vector<Row> table;
     for (const Shape& sh : shapes) bench_shape(sh.out, sh.in, rows, bw, s, table);
-    bench_moe(quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 2, 4, 8}, bw, s, table);
+    bench_moe(quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 2, 4, 8, 2048}, bw, s, table);
 
     std::printf("\n| shape | rows | µs | GB/s | %% HBM read | TFLOP/s | %% cuBLAS bf16 | note |\n");
     std::printf("|---|---:|---:|---:|---:|---:|---:|---|\n");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu-worker/backends/cuda/ops/linear.h"
+#include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "shared/core/half.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "gpu-worker/backends/cuda/ops/swiglu.h"
@@ -158,7 +159,9 @@ struct Experts {
   std::vector<std::vector<float>> gate, up, down;
   std::vector<DeviceWeight> dgate, dup, ddown;
   DevBuf<uint8_t> table;  // DenseExpert[E]
+  DevBuf<uint8_t> maps_table;  // DenseExpertMaps[E], where the sorted-row form runs (else empty)
   const DenseExpert* get() const { return reinterpret_cast<const DenseExpert*>(table.get()); }
+  const DenseExpertMaps* maps() const { return reinterpret_cast<const DenseExpertMaps*>(maps_table.get()); }
 };
 void make_experts(Experts& x, int E, int64_t D, int64_t I, uint64_t seed) {
   x.E = E;
@@ -182,27 +185,41 @@ void make_experts(Experts& x, int E, int64_t D, int64_t I, uint64_t seed) {
   std::vector<uint8_t> bytes(sizeof(DenseExpert) * E);
   std::memcpy(bytes.data(), host.data(), bytes.size());
   x.table = DevBuf<uint8_t>(bytes);
+  if (lin::grouped_sorted_wgmma()) {
+    std::vector<DenseExpertMaps> maps(E);
+    for (int e = 0; e < E; ++e) ASSERT_TRUE(moe_dense_expert_maps(host[e], maps[e])) << "expert " << e << "'s maps";
+    std::vector<uint8_t> mb(sizeof(DenseExpertMaps) * E);
+    std::memcpy(mb.data(), maps.data(), mb.size());
+    x.maps_table = DevBuf<uint8_t>(mb);
+  }
 }
+
+// Which form of moe_dense_experts a call runs: the gathered rows, or (prefill-sized calls on an
+// sm_90 device, the experts' maps passed) rows copied into sorted order on the copy engine's kernel.
+enum class Form { Gathered, Sorted };
 
 struct MoeResult {
   std::vector<float> Y;    // [n·top_k, D]
   std::vector<float> out;  // [n, D]
 };
-MoeResult run_moe(const Experts& x, const HostRoutes& r, const std::vector<float>& X, float limit) {
+MoeResult run_moe(const Experts& x, const HostRoutes& r, const std::vector<float>& X, float limit,
+                  Form form = Form::Gathered) {
   DeviceDispatch dd;
   run_dispatch(r, x.E, dd);
   DevBuf<float> xd(X), Y(r.n * r.top_k * x.D), out(r.n * x.D);
-  DevBuf<uint8_t> ws(moe_dense_workspace_bytes(r.n, r.top_k, x.D, x.I));
-  moe_dense_experts(x.get(), dd.routes, dd.d, xd.get(), x.D, x.D, x.I, limit, Y.get(), ws.get(), nullptr);
+  const bool sorted = form == Form::Sorted;
+  DevBuf<uint8_t> ws(moe_dense_workspace_bytes(r.n, r.top_k, x.D, x.I, sorted));
+  moe_dense_experts(x.get(), dd.routes, dd.d, xd.get(), x.D, x.D, x.I, limit, Y.get(), ws.get(), nullptr,
+                    sorted ? x.maps() : nullptr);
   moe_combine(Y.get(), dd.weight.get(), r.n, r.top_k, x.D, out.get(), x.D, LinearStore::Overwrite, nullptr);
   return MoeResult{Y.download(), out.download()};
 }
 
 // Checks (a)–(c) for one call.
 void check_moe(const Experts& x, const HostRoutes& r, const std::vector<float>& X, float limit,
-               const std::string& what) {
+               const std::string& what, Form form = Form::Gathered) {
   const int64_t D = x.D, I = x.I, n = r.n;
-  const MoeResult got = run_moe(x, r, X, limit);
+  const MoeResult got = run_moe(x, r, X, limit, form);
   const HostDispatch disp = cpu_dispatch(r, x.E);
   // (a) + (b), expert by expert: its picks' token rows through separate calls.
   size_t bad = 0;
@@ -293,11 +310,12 @@ TEST_F(GpuMoe, DenseExpertsModelWidths) {
 // A token alone and among others that share its experts (other tokens drawn from the same
 // few experts), at the first, a middle and the last position: its Y rows and its combined row
 // are bit-identical, whatever kernel family the token count selects.
-void check_invariance(const Experts& x, int top_k, const std::vector<int64_t>& counts, float limit) {
+void check_invariance(const Experts& x, int top_k, const std::vector<int64_t>& counts, float limit,
+                      Form form = Form::Gathered) {
   const int64_t D = x.D;
   const HostRoutes probe = random_routes(1, top_k, x.E, 1234);
   const std::vector<float> xp = randn(D, 1235);
-  const MoeResult alone = run_moe(x, probe, xp, limit);
+  const MoeResult alone = run_moe(x, probe, xp, limit);  // one token: the decode form
   std::vector<int32_t> pool(probe.expert.begin(), probe.expert.end());
   for (int e = 0; pool.size() < static_cast<size_t>(top_k) + 2 && e < x.E; ++e)
     if (std::find(pool.begin(), pool.end(), e) == pool.end()) pool.push_back(e);
@@ -310,7 +328,7 @@ void check_invariance(const Experts& x, int top_k, const std::vector<int64_t>& c
         r.weight[pos * top_k + k] = probe.weight[k];
       }
       std::copy(xp.begin(), xp.end(), X.begin() + pos * D);
-      const MoeResult got = run_moe(x, r, X, limit);
+      const MoeResult got = run_moe(x, r, X, limit, form);
       EXPECT_EQ(bit_mismatches(got.Y.data() + pos * top_k * D, alone.Y.data(), top_k * D), 0u)
           << "D " << D << ": Y of the token at " << pos << " of " << n << " differs from the token alone";
       EXPECT_EQ(bit_mismatches(got.out.data() + pos * D, alone.out.data(), D), 0u)
@@ -326,6 +344,41 @@ TEST_F(GpuMoe, BatchInvariance) {
   Experts model;
   make_experts(model, 4, 4096, 2048, 800);
   check_invariance(model, 4, {3, 8, 17, 40, 1100}, 10.0f);  // 1100: 128-row tiles (wgmma on sm_90)
+}
+
+// The sorted-row form (sm_90, experts with tensor maps): rows copied into dispatch order, both
+// grouped steps on the copy engine's kernel. Its bits: those of separate calls (check_moe at the
+// tiny widths, every tile partial), of the gathered form (model widths, tiles that cross 128 rows
+// and experts of one row), and a token's alone.
+TEST_F(GpuMoe, SortedRowsGiveTheGatheredBits) {
+  if (!lin::grouped_sorted_wgmma()) GTEST_SKIP() << "the sorted-row form runs on sm_90 with the copy engine's kernel";
+  Experts tiny;
+  make_experts(tiny, 16, 64, 32, 900);
+  for (int64_t n : {1024, 1100}) {
+    const HostRoutes r = random_routes(n, 4, 16, 910 + n);
+    check_moe(tiny, r, randn(n * 64, 920 + n, 3.0f), 10.0f, "tiny sorted n " + std::to_string(n), Form::Sorted);
+  }
+  // Widths not multiples of 8 or 64, and an out-of-range expert (its pick is left out).
+  Experts odd;
+  make_experts(odd, 12, 200, 72, 930);
+  HostRoutes r = random_routes(1500, 3, 12, 931);
+  r.expert[8] = 12;  // token 2's last pick (picks stay ascending)
+  const std::vector<float> X = randn(1500 * 200, 932, 2.0f);
+  const MoeResult a = run_moe(odd, r, X, 10.0f, Form::Gathered), b = run_moe(odd, r, X, 10.0f, Form::Sorted);
+  for (int64_t p = 0; p < r.n * r.top_k; ++p) {
+    if (p == 8) continue;  // not written by either form
+    ASSERT_EQ(bit_mismatches(b.Y.data() + p * 200, a.Y.data() + p * 200, 200), 0u) << "odd widths: pick " << p;
+  }
+  Experts model;
+  make_experts(model, 8, 4096, 2048, 940);
+  // Experts 0…6 with ~630 picks each (full 128-row tiles and a partial one), expert 7 with one.
+  HostRoutes m = random_routes(1100, 4, 7, 941);
+  m.expert[500 * 4 + 3] = 7;
+  const std::vector<float> Xm = randn(1100 * 4096, 942);
+  const MoeResult ga = run_moe(model, m, Xm, 10.0f, Form::Gathered), so = run_moe(model, m, Xm, 10.0f, Form::Sorted);
+  EXPECT_EQ(bit_mismatches(so.Y.data(), ga.Y.data(), so.Y.size()), 0u) << "model widths: sorted vs gathered Y";
+  EXPECT_EQ(bit_mismatches(so.out.data(), ga.out.data(), so.out.size()), 0u) << "model widths: combined output";
+  check_invariance(model, 4, {1100, 2100}, 10.0f, Form::Sorted);
 }
 
 // ---- fp32 precision: moe_dense_experts_f32 -----------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
 #include "gpu-worker/backends/cuda/engine/device_fill.h"
+#include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "shared/core/error.h"
 #include "shared/core/half.h"
 #include "shared/exl3/expert_block.h"
@@ -470,6 +471,16 @@ std::unique_ptr<DeviceModel> upload_model(const ModelWeights& w, VramBudget& bud
         }
         mo.dense_experts =
             static_cast<const DenseExpert*>(up.raw(table.data(), table.size() * sizeof(DenseExpert), p + "experts.table"));
+        // The sorted-row prefill form's tensor maps, only where this device runs it: its
+        // workspace holds a copy of a chunk's x rows per pick (ops/moe.h).
+        if (lin::grouped_sorted_wgmma()) {
+          std::vector<DenseExpertMaps> maps(table.size());
+          bool ok = true;
+          for (size_t e = 0; ok && e < table.size(); ++e) ok = moe_dense_expert_maps(table[e], maps[e]);
+          if (ok)
+            mo.dense_expert_maps = static_cast<const DenseExpertMaps*>(
+                up.raw(maps.data(), maps.size() * sizeof(DenseExpertMaps), p + "experts.maps"));
+        }
         mo.local_experts = true;
       }
       g.moe = std::move(mo);

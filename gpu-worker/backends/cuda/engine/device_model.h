@@ -91,6 +91,7 @@ struct MoeLayerGpu {
   // Routed experts resident in VRAM (when the model's experts are loaded here): dense fp16, or
   // EXL3 expert blocks (the cpu-expert-worker's layout) read by the grouped EXL3 kernel.
   const DenseExpert* dense_experts = nullptr;       // device array [E] (fp16 precision)
+  const DenseExpertMaps* dense_expert_maps = nullptr;  // [E], where the sorted-row prefill form runs
   const DenseExpertF32* dense_experts32 = nullptr;  // device array [E] (fp32 precision)
   std::optional<Exl3MoeLayer> exl3_experts;
   bool local_experts = false;

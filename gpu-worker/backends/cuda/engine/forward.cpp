@@ -275,7 +275,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   // The dense grouped kernel's workspace only where that kernel runs (VRAM-resident dense experts).
   const bool dense = m.local_experts && !m.exl3_experts;
   const size_t ws_bytes = m.dense_experts32 ? moe_dense_f32_workspace_bytes(N, static_cast<int>(TK), Im)
-                                            : moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im);
+                                            : moe_dense_workspace_bytes(N, static_cast<int>(TK), D, Im, m.dense_expert_maps != nullptr);
   void* ws = dense ? a.take<uint8_t>(ws_bytes, "expert workspace") : nullptr;
 
   // The shared expert beside the router and the routed experts (decode-sized steps, experts on
@@ -324,7 +324,8 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     if (m.exl3_experts)
       exl3_moe_experts(*m.exl3_experts, routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, b_.exl3_moe_ws, s);
     else
-      moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s);
+      moe_dense_experts(m.dense_experts, routes, d, b_.A, D, D, Im, static_cast<float>(c_.swiglu_limit), Y, ws, s,
+                        m.dense_expert_maps);
     op_mark(prof_, "moe dispatch + combine", s);
     combine();
   } else if (split) {

@@ -45,7 +45,8 @@ IndexerShape indexer_shape(const ModelConfig& c, int64_t max_pools) {
   return s;
 }
 
-ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools, bool dense_experts, bool fp32) {
+ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools, bool dense_experts, bool fp32,
+                           bool sorted_rows) {
   ScratchNeeds n;
   const int64_t Q = c.linear_dim(), dl = c.linear_head_dim, H = c.linear_num_heads;
   {  // kda: Z, r, gate, conv, g, beta, o, normed (forward.cpp: run_kda)
@@ -104,7 +105,7 @@ ScratchNeeds scratch_needs(const ModelConfig& c, int64_t T, int64_t max_pools, b
     m.take<float>(T * TK * D);
     if (dense_experts)  // the fp16 grouped kernel's or the fp32 one's, as the precision runs
       m.take<uint8_t>(static_cast<int64_t>(fp32 ? moe_dense_f32_workspace_bytes(T, static_cast<int>(TK), Im)
-                                                : moe_dense_workspace_bytes(T, static_cast<int>(TK), D, Im)));
+                                                : moe_dense_workspace_bytes(T, static_cast<int>(TK), D, Im, sorted_rows)));
     m.take<float>(T * 2 * Is);
     n.moe = m.bytes;
   }

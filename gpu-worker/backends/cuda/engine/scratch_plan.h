@@ -24,8 +24,9 @@ constexpr int64_t kMlaRowsPerPass = 1024;
 // dense_experts: the routed experts run through the dense grouped kernel (its workspace is taken
 // only then).
 // fp32: the engine runs fp32 precision (its dense experts take moe_dense_experts_f32's workspace).
+// sorted_rows: the dense experts have tensor maps (ops/moe.h: the sorted-row prefill form's rows).
 ScratchNeeds scratch_needs(const ModelConfig& c, int64_t tokens, int64_t max_pools, bool dense_experts = true,
-                           bool fp32 = false);
+                           bool fp32 = false, bool sorted_rows = false);
 
 // Shapes the sparse kernels are called with (also used by forward.cpp).
 struct MlaAttendShape;

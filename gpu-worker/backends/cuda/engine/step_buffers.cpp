@@ -73,9 +73,12 @@ void lay_out(const DeviceModel& m, const StepLimits& lim, F&& put) {
   put("xh_side", S * W * 2);
   put("xscale_side", S * 4);
   put("exl3_ws_side", static_cast<int64_t>(exl3_linear_ws(m, S)));
-  bool dense_experts = false;
-  for (const LayerGpu& L : m.layers) dense_experts |= L.moe && L.moe->local_experts && !L.moe->exl3_experts;
-  put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools, dense_experts, m.fp32).max()));
+  bool dense_experts = false, sorted_rows = false;
+  for (const LayerGpu& L : m.layers) {
+    dense_experts |= L.moe && L.moe->local_experts && !L.moe->exl3_experts;
+    sorted_rows |= L.moe && L.moe->dense_expert_maps;
+  }
+  put("scratch", static_cast<int64_t>(scratch_needs(c, T, lim.max_pools, dense_experts, m.fp32, sorted_rows).max()));
 }
 
 }  // namespace

@@ -50,6 +50,10 @@ bool linear_wgmma() {
 }
 void set_linear_wgmma(int policy) { g_policy.store(policy, std::memory_order_relaxed); }
 void set_linear_tma(int policy) { g_tma.store(policy, std::memory_order_relaxed); }
+bool grouped_sorted_wgmma() {
+  return g_tma.load(std::memory_order_relaxed) != 0 && linear_wgmma() &&
+         current_device_limits().smem_optin >= DenseTma::kSmemBytes + 2048;
+}
 }  // namespace lin
 
 namespace {
@@ -95,5 +99,29 @@ void launch_grouped_wgmma(const GateUpProblem& pr, int64_t tiles_bound, cudaStre
 }
 void launch_grouped_wgmma(const DownProblem& pr, int64_t tiles_bound, cudaStream_t stream) {
   launch_grouped<DenseWgmma>(pr, tiles_bound, stream);
+}
+}  // namespace ft::cuda
+
+namespace ft::cuda {
+namespace {
+template <class Pr>
+void launch_grouped_sorted(Pr pr, int64_t tiles_bound, const CUtensorMap& rows, cudaStream_t stream) {
+  static_assert(lin::kSortedRows<Pr>, "rows in sorted order");
+  pr.set_block_n(lin::wgmma_block_n<DenseTma, Pr::kSwiglu>());
+  lin::TmaMaps maps;
+  maps.a = rows;
+  maps.b = rows;  // unused: the weights come through pr.maps
+  lin::launch_items(lin::linear_wgmma_tma_kernel<DenseTma, Pr>, lin::tma_threads<DenseTma>(), DenseTma::kSmemBytes,
+                    tiles_bound * pr.n_blocks, true, stream, pr, maps);
+}
+}  // namespace
+
+void launch_grouped_sorted_wgmma(const GateUpSortedProblem& pr, int64_t tiles_bound, const CUtensorMap& rows,
+                                 cudaStream_t stream) {
+  launch_grouped_sorted(pr, tiles_bound, rows, stream);
+}
+void launch_grouped_sorted_wgmma(const DownSortedProblem& pr, int64_t tiles_bound, const CUtensorMap& rows,
+                                 cudaStream_t stream) {
+  launch_grouped_sorted(pr, tiles_bound, rows, stream);
 }
 }  // namespace ft::cuda

@@ -34,6 +34,11 @@ struct WgmmaCfg {
   static_assert(STAGES >= 3, "one stage computing, one in flight, one landing");
 };
 
+// Problems whose rows come in sorted order (moe_dense_problems.cuh, SortedRows): their own row
+// tables, their weights through per-expert maps, and SwiGLU's B as [64 gate rows; 64 up rows].
+template <class P>
+constexpr bool kSortedRows = requires { P::kSplitSwiglu; };
+
 template <class Cfg, bool SWIGLU>
 __host__ __device__ constexpr int wgmma_block_n() {
   return SWIGLU ? Cfg::BN / 2 : Cfg::BN;
@@ -93,6 +98,15 @@ __device__ __forceinline__ void wgmma_store_tile(const P& p, const LinItem& it, 
         for (int e = 0; e < 2; ++e) {
           const int64_t n = it.n0 + 8 * i + 2 * t4 + e;
           if (n < p.out) p.store(it, id, n, total[4 * i + 2 * h + e], rs);
+        }
+    } else if constexpr (kSortedRows<P>) {  // column j: gate of h column n0 + j, column j + 64 its up
+#pragma unroll
+      for (int i = 0; i < BN / 16; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t hc = it.n0 + 8 * i + 2 * t4 + e;
+          if (hc < p.out)
+            p.store_swiglu(it, id, hc, total[4 * i + 2 * h + e], total[4 * (i + BN / 16) + 2 * h + e], rs);
         }
     } else {
 #pragma unroll
@@ -217,13 +231,15 @@ __global__ void __launch_bounds__(tma_threads<Cfg>(), 1) linear_wgmma_tma_kernel
       for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
         LinItem it;
         if (!p.load_item(idx, it)) continue;
-        const int m0 = static_cast<int>(it.base), n0 = static_cast<int>(it.n0), g = static_cast<int>(it.g);
+        const int m0 = static_cast<int>(it.base), n0 = static_cast<int>(it.n0);
+        const int g = kSortedRows<P> ? 0 : static_cast<int>(it.g);  // sorted rows: one matrix, any expert
         for (int s = 0; s < nst; ++s) {
           if (reuse) mbar_wait(empty0 + 8 * fill, parity);
           const uint32_t sa = sbase + static_cast<uint32_t>(fill) * kStageBytes, bar = full0 + 8 * fill;
           mbar_arrive_expect_tx(bar, kStageBytes);
           tma_load_3d(sa, &maps.a, kStageK * s, m0, g, bar);
-          tma_load_3d(sa + BM * kRowBytes, &maps.b, kStageK * s, n0, g, bar, policy);
+          if constexpr (kSortedRows<P>) p.tma_weights(sa + BM * kRowBytes, it, kStageK * s, bar, policy);
+          else tma_load_3d(sa + BM * kRowBytes, &maps.b, kStageK * s, n0, g, bar, policy);
           if (++fill == STAGES) {
             fill = 0;
             if (reuse) parity ^= 1u;
@@ -243,7 +259,8 @@ __global__ void __launch_bounds__(tma_threads<Cfg>(), 1) linear_wgmma_tma_kernel
   for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
     LinItem it;
     if (!p.load_item(idx, it)) continue;  // uniform over the block
-    Cfg::Loads::fill_rows(p, it, s_id, s_scale, tid);
+    if constexpr (kSortedRows<P>) p.fill_rows(it, s_id, s_scale, tid, kConsumers);
+    else Cfg::Loads::fill_rows(p, it, s_id, s_scale, tid);
     consumer_sync<kConsumers>();  // the row tables
 
     float chain[64], total[64];

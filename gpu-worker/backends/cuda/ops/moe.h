@@ -10,6 +10,7 @@
 // fp16 format (experts resident in VRAM as LinearF16: the tiny fixtures, the bf16 benchmark
 // model). EXL3 experts (VRAM or mapped host memory) live in exl3/moe.h and use the same
 // dispatch and combine.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -62,8 +63,21 @@ struct DenseExpert {
   LinearF16 gate, up, down;
 };
 
-// Workspace of moe_dense_experts for up to max_n tokens (bytes).
-size_t moe_dense_workspace_bytes(int64_t max_n, int top_k, int64_t D, int64_t I);
+// One expert's weights as the copy engine reads them (sm_90 prefill, the sorted-row form of
+// moe_dense_experts): gate and up in boxes of 64 rows, down in boxes of 128, all 64 halves wide.
+// Kept in device memory next to the DenseExpert table, one entry per expert.
+struct DenseExpertMaps {  // 64-byte aligned, as CUtensorMap is
+  CUtensorMap gate, up, down;
+};
+// Encodes `expert`'s maps (host copy of a DenseExpert whose pointers are device memory). False
+// where the driver offers no tensor maps or the weights' layout does not allow them; the caller
+// then passes no maps and the experts run in the gathered form.
+bool moe_dense_expert_maps(const DenseExpert& expert, DenseExpertMaps& out);
+
+// Workspace of moe_dense_experts for up to max_n tokens (bytes); `sorted_rows`: room for the
+// sorted-row form too (x's rows in dispatch order: max_n·top_k rows of D halves), which calls
+// with maps need.
+size_t moe_dense_workspace_bytes(int64_t max_n, int top_k, int64_t D, int64_t I, bool sorted_rows = false);
 
 // Y[p] = down_e(silu(min(gate_e·x_t, limit)) ⊙ clamp(up_e·x_t, −limit, limit)) for every pick
 // p = (t, k) with expert e = routes.expert[p] (unweighted: moe_combine applies the weights).
@@ -71,9 +85,13 @@ size_t moe_dense_workspace_bytes(int64_t max_n, int top_k, int64_t D, int64_t I)
 // [n·top_k, D] fp32. Grid sizes depend on n and top_k only (graph-capturable for a fixed n).
 // Launches: to_f16_rows(x), the tile list, gate/up + SwiGLU (grouped), to_f16_rows(h), down
 // (grouped); the grouped kernels are persistent grids that read the tile count on the device.
+// Calls of ≤ 32 tokens (one tile per active expert) read the dispatch directly: no tile list.
+// maps (device array [n_experts], optional; the workspace then from moe_dense_workspace_bytes(…,
+// true)): prefill-sized calls on an sm_90 device copy x's rows into sorted order and run both
+// grouped steps on the copy engine's kernel. Same bits with or without.
 void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const MoeDispatch& d, const float* x,
                        int64_t ld_x, int64_t D, int64_t I, float limit, float* Y, void* workspace,
-                       cudaStream_t stream);
+                       cudaStream_t stream, const DenseExpertMaps* maps = nullptr);
 
 // One expert in VRAM for an engine in fp32 precision: fp32 or bf16 weights (gate, up: [I, D];
 // down: [D, I]), no bias.

@@ -10,6 +10,15 @@
 // dispatch), so every pick's row gets the bits of separate linear_f16 / swiglu_rows calls on
 // that row; their grids are persistent, sized from n and top_k and the device only, and read the
 // number of tiles from device memory, so a decode step can be captured in a graph.
+//
+// Decode-sized calls (≤ 32 tokens) skip step 2: each active expert is one tile, read from the
+// dispatch (GroupedBase::direct), and at ≤ 8 tokens steps 3 and 5 launch programmatically, their
+// first weight stages streaming while the conversion ahead of them ends.
+//
+// Prefill-sized calls with the experts' tensor maps on an sm_90 device (the sorted-row form):
+//   2b. xs_rows = xh[sorted_pick[i] / top_k]               (moe_sort_rows_kernel)
+// and steps 3 and 5 on the copy engine's kernel, whose A tiles are then plain row ranges:
+// GateUp writes h in sorted order (so hh is too) and Down stores each row at its pick.
 #include <algorithm>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
@@ -22,6 +31,7 @@
 #include "gpu-worker/backends/cuda/ops/linear_f16_kernels.cuh"
 #include "gpu-worker/backends/cuda/ops/linear_f16_wgmma.h"
 #include "gpu-worker/backends/cuda/ops/linear_launch.cuh"
+#include "gpu-worker/backends/cuda/ops/linear_tma_map.h"
 #include "gpu-worker/backends/cuda/ops/moe.h"
 #include "gpu-worker/backends/cuda/ops/moe_dense_problems.cuh"
 #include "shared/core/error.h"
@@ -56,6 +66,30 @@ __global__ void __launch_bounds__(kTileThreads)
   if (threadIdx.x == 0) *n_tiles = carry;
 }
 
+// Step 2b: row i of dst = x's fp16 row of pick sorted_pick[i] (one warp a row, 16-byte units);
+// rows past the dispatch's picks (those of out-of-range experts) are zeroed, so every row the
+// copy engine may read was written.
+constexpr int kSortThreads = 256;
+__global__ void __launch_bounds__(kSortThreads)
+    moe_sort_rows_kernel(const int32_t* offsets, const int32_t* active, const int32_t* n_active,
+                         const int32_t* sorted_pick, int top_k, const __half* xh, int64_t ld, int64_t picks,
+                         __half* dst) {
+  const int na = *n_active;
+  const int64_t total = na > 0 ? offsets[active[na - 1] + 1] - offsets[active[0]] : 0;
+  const int64_t units = ld / 8;
+  const int lane = threadIdx.x & 31;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kSortThreads + threadIdx.x) / 32; i < picks;
+       i += static_cast<int64_t>(gridDim.x) * (kSortThreads / 32)) {
+    uint4* out = reinterpret_cast<uint4*>(dst + i * ld);
+    if (i < total) {
+      const uint4* in = reinterpret_cast<const uint4*>(xh + (sorted_pick[i] / top_k) * ld);
+      for (int64_t u = lane; u < units; u += 32) out[u] = in[u];
+    } else {
+      for (int64_t u = lane; u < units; u += 32) out[u] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
 // Workspace carve-up for n tokens (offsets grow with n, so a buffer sized for max_n fits).
 struct Scratch {
   __half* xh;
@@ -65,12 +99,13 @@ struct Scratch {
   float* hs;
   MoeTile* tiles;
   int32_t* n_tiles;
+  __half* xrows;  // the sorted-row form's x rows (null unless carved for it)
   size_t bytes;
 };
 constexpr int kMinTileRows = 8;  // the smallest tile of any kernel below: bounds the tile count
 int64_t max_tiles(int64_t picks) { return picks + picks / kMinTileRows; }
 
-Scratch carve(void* ws, int64_t n, int top_k, int64_t D, int64_t I) {
+Scratch carve(void* ws, int64_t n, int top_k, int64_t D, int64_t I, bool sorted_rows) {
   const int64_t D8 = (D + 7) / 8 * 8, I8 = (I + 7) / 8 * 8, P = n * top_k;
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -86,6 +121,7 @@ Scratch carve(void* ws, int64_t n, int top_k, int64_t D, int64_t I) {
   s.hs = reinterpret_cast<float*>(take(static_cast<size_t>(P) * sizeof(float)));
   s.tiles = reinterpret_cast<MoeTile*>(take(static_cast<size_t>(max_tiles(P)) * sizeof(MoeTile)));
   s.n_tiles = reinterpret_cast<int32_t*>(take(sizeof(int32_t)));
+  s.xrows = sorted_rows ? reinterpret_cast<__half*>(take(static_cast<size_t>(P * D8) * sizeof(__half))) : nullptr;
   s.bytes = off;
   return s;
 }
@@ -95,8 +131,10 @@ void launch_grouped_skinny(Pr pr, int64_t tiles_bound, cudaStream_t stream) {
   const int wk = lin::skinny_warps_along_k(pr.k.chunks), wn = lin::kSkinnyWarps / wk;
   pr.set_block_n(lin::skinny_block_n<Cfg, Pr::kSwiglu>(wn));
   const size_t smem = lin::skinny_smem_bytes<Cfg>(pr.k.chunks, wn);
-  lin::launch_items(lin::linear_skinny_kernel<Cfg, Pr>, lin::kSkinnyThreads, smem, tiles_bound * pr.n_blocks, true,
-                    stream, pr, wk);
+  // Only the one-row-group shapes have the early prologue (linear_f16_skinny.cuh).
+  if (Cfg::RG != 1) pr.programmatic = false;
+  lin::launch_items_early(pr.programmatic, lin::linear_skinny_kernel<Cfg, Pr>, lin::kSkinnyThreads, smem,
+                          tiles_bound * pr.n_blocks, true, stream, pr, wk);
 }
 
 template <class Cfg, class Pr>
@@ -135,6 +173,21 @@ bool down_pairs() {
   return on;
 }
 
+// The sorted-row form where it can run (FLASHTIER_MOE_SORTED=off: the gathered form, for A/B).
+// Its A tiles are the wgmma kernels' 128 rows, the prefill family's tiles.
+bool sorted_rows_on() {
+  static const bool on = !env_off("FLASHTIER_MOE_SORTED");
+  return on;
+}
+constexpr int kSortedTileRows = 128;
+// Decode-sized calls read their tiles from the dispatch (FLASHTIER_MOE_DIRECT=off: the tile list
+// and plain launches, for A/B).
+bool direct_tiles_on() {
+  static const bool on = !env_off("FLASHTIER_MOE_DIRECT");
+  return on;
+}
+static_assert(lin::TiledLarge3::BM == kSortedTileRows, "sorted tiles are the prefill family's");
+
 template <class Pr>
 void launch_grouped(Family f, const Pr& pr, int64_t tiles_bound, cudaStream_t stream) {
   using Skinny8 = std::conditional_t<Pr::kSwiglu, lin::SkinnySwiglu8, lin::SkinnyRows8>;
@@ -155,35 +208,69 @@ void launch_grouped(Family f, const Pr& pr, int64_t tiles_bound, cudaStream_t st
 
 }  // namespace
 
-size_t moe_dense_workspace_bytes(int64_t max_n, int top_k, int64_t D, int64_t I) {
-  return carve(nullptr, max_n, top_k, D, I).bytes;
+size_t moe_dense_workspace_bytes(int64_t max_n, int top_k, int64_t D, int64_t I, bool sorted_rows) {
+  return carve(nullptr, max_n, top_k, D, I, sorted_rows).bytes;
+}
+
+bool moe_dense_expert_maps(const DenseExpert& e, DenseExpertMaps& out) {
+  auto encode = [](CUtensorMap& map, const LinearF16& L, int box_rows) {
+    const int64_t in8 = (L.in + 7) / 8 * 8;
+    return lin::encode_f16_tile_map(map, L.w, in8, L.out, 1, in8, 0, box_rows);
+  };
+  return encode(out.gate, e.gate, 64) && encode(out.up, e.up, 64) && encode(out.down, e.down, 128);
 }
 
 void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const MoeDispatch& d, const float* x,
                        int64_t ld_x, int64_t D, int64_t I, float limit, float* Y, void* workspace,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, const DenseExpertMaps* maps) {
   if (r.n < 0 || r.top_k <= 0 || D <= 0 || I <= 0 || (r.n > 1 && ld_x < D))
     throw Error("moe_dense_experts: bad shape (n " + std::to_string(r.n) + ", top_k " + std::to_string(r.top_k) +
                 ", D " + std::to_string(D) + ", I " + std::to_string(I) + ")");
   if (r.n == 0) return;
   const int64_t P = r.n * r.top_k, D8 = (D + 7) / 8 * 8, I8 = (I + 7) / 8 * 8;
   if (P > 0x7fffffff) throw Error("moe_dense_experts: too many picks");
-  const Scratch s = carve(workspace, r.n, r.top_k, D, I);
   const Family fam = family_for(r.n);
   const int bm = tile_rows(fam);
-  const int64_t tiles_bound = P + P / bm;  // Σ_e ⌈cnt_e / bm⌉ ≤ n_active + P / bm, n_active ≤ P
+  // The sorted-row form: where its maps exist, the call is prefill-sized and this device runs it.
+  bool sorted = maps && fam == Family::TiledLarge && sorted_rows_on() && lin::grouped_sorted_wgmma();
+  const Scratch s = carve(workspace, r.n, r.top_k, D, I, maps != nullptr);
+  CUtensorMap xrows_map, hrows_map;
+  if (sorted)
+    sorted = lin::encode_f16_tile_map(xrows_map, s.xrows, D8, P, 1, D8, 0, kSortedTileRows) &&
+             lin::encode_f16_tile_map(hrows_map, s.hh, I8, P, 1, I8, 0, kSortedTileRows);
+  // Each active expert one tile (an expert has at most n picks): no tile list.
+  const bool direct = r.n <= bm && fam != Family::TiledMedium && fam != Family::TiledLarge && direct_tiles_on();
+  const bool early = direct && fam == Family::Skinny8 && lin::linear_programmatic(r.n);
+  const int64_t tiles_bound = direct ? P : P + P / bm;
+  // (Σ_e ⌈cnt_e / bm⌉ ≤ n_active + P / bm, n_active ≤ P)
 
   to_f16_rows(x, ld_x, r.n, D, s.xh, D8, s.xs, stream);
-  moe_tiles_kernel<<<1, kTileThreads, 0, stream>>>(d.offsets, d.active, d.n_active, bm, s.tiles, s.n_tiles);
-  FT_CUDA_CHECK_LAUNCH();
+  if (!direct) {
+    moe_tiles_kernel<<<1, kTileThreads, 0, stream>>>(d.offsets, d.active, d.n_active, bm, s.tiles, s.n_tiles);
+    FT_CUDA_CHECK_LAUNCH();
+  }
+  if (sorted) {
+    const int64_t blocks = std::min<int64_t>((P + kSortThreads / 32 - 1) / (kSortThreads / 32), 65535);
+    moe_sort_rows_kernel<<<static_cast<unsigned>(blocks), kSortThreads, 0, stream>>>(
+        d.offsets, d.active, d.n_active, d.sorted_pick, r.top_k, s.xh, D8, P, s.xrows);
+    FT_CUDA_CHECK_LAUNCH();
+  }
 
+  auto grouped = [&](auto& pr) {
+    pr.experts = experts;
+    pr.tiles = s.tiles;
+    pr.n_tiles = s.n_tiles;
+    pr.sorted_pick = d.sorted_pick;
+    pr.direct = direct;
+    pr.offsets = d.offsets;
+    pr.active = d.active;
+    pr.n_active = d.n_active;
+    pr.programmatic = early;
+  };
   GateUpProblem gu;
   gu.k = lin::make_kgeom(D, linear_k_chunk(D, I));
   gu.out = I;
-  gu.experts = experts;
-  gu.tiles = s.tiles;
-  gu.n_tiles = s.n_tiles;
-  gu.sorted_pick = d.sorted_pick;
+  grouped(gu);
   gu.top_k = r.top_k;
   gu.xh = s.xh;
   gu.ld_xh = D8;
@@ -191,23 +278,34 @@ void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const Moe
   gu.h = s.h;
   gu.ld_h = I;
   gu.limit = limit;
-  launch_grouped(fam, gu, tiles_bound, stream);
+  if (sorted) {
+    GateUpSortedProblem sp;
+    static_cast<GateUpProblem&>(sp) = gu;
+    sp.maps = maps;
+    launch_grouped_sorted_wgmma(sp, tiles_bound, xrows_map, stream);
+  } else {
+    launch_grouped(fam, gu, tiles_bound, stream);
+  }
 
   to_f16_rows(s.h, I, P, I, s.hh, I8, s.hs, stream);
 
   DownProblem dn;
   dn.k = lin::make_kgeom(I, linear_k_chunk(I, D));
   dn.out = D;
-  dn.experts = experts;
-  dn.tiles = s.tiles;
-  dn.n_tiles = s.n_tiles;
-  dn.sorted_pick = d.sorted_pick;
+  grouped(dn);
   dn.hh = s.hh;
   dn.ld_hh = I8;
   dn.hs = s.hs;
   dn.y = Y;
   dn.ld_y = D;
-  launch_grouped(fam, dn, tiles_bound, stream);
+  if (sorted) {
+    DownSortedProblem sp;
+    static_cast<DownProblem&>(sp) = dn;
+    sp.maps = maps;
+    launch_grouped_sorted_wgmma(sp, tiles_bound, hrows_map, stream);
+  } else {
+    launch_grouped(fam, dn, tiles_bound, stream);
+  }
 }
 
 }  // namespace ft::cuda
