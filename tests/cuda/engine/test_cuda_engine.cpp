@@ -11,6 +11,7 @@
 
 #include "gpu-worker/backends/cuda/core/programmatic.h"
 #include "gpu-worker/backends/cuda/engine/cuda_engine.h"
+#include "gpu-worker/backends/cuda/ops/linear_launch.h"
 #include "shared/model/safetensors.h"
 #include "shared/model/tensor_convert.h"
 #include "tests/cuda/support/gpu_test.h"
@@ -328,6 +329,21 @@ TEST_P(CudaEnginePrecision, ChainedLaunchesGiveThePlainBits) {
     set_chain_programmatic(2);
     const std::vector<float> got = two_sequence_logits(model, o);
     set_chain_programmatic(1);
+    expect_same_logits(model, want, got);
+  }
+}
+
+// The skinny linears letting the next kernel launch before they end (lin::linear_trigger,
+// with the per-step kernels chained as configured): the plain launches' logits, bit for bit.
+TEST_P(CudaEnginePrecision, TriggeredLinearsGiveThePlainBits) {
+  for (const char* model : {"glm5-tiny-chat", "glm5-variants/glm5-var-group-softplus", "glm5-tiny-exl3"}) {
+    CudaEngineOptions o = small_options(2, GetParam());
+    o.graphs = false;
+    lin::set_linear_trigger(0);
+    const std::vector<float> want = two_sequence_logits(model, o);
+    lin::set_linear_trigger(2);
+    const std::vector<float> got = two_sequence_logits(model, o);
+    lin::set_linear_trigger(1);
     expect_same_logits(model, want, got);
   }
 }

@@ -45,6 +45,7 @@ void launch_skinny(DenseProblem pr, int64_t batch, int wk, cudaStream_t stream) 
   auto kernel = lin::linear_skinny_kernel<Cfg, DenseProblem>;
   lin::prepare_kernel(reinterpret_cast<const void*>(kernel), lin::kSkinnyThreads, smem);
   pr.programmatic = lin::linear_programmatic(pr.rows);
+  pr.trigger = lin::linear_trigger();
   launch_maybe_early(pr.programmatic, kernel, static_cast<unsigned>(pr.items), lin::kSkinnyThreads, smem, stream, pr,
                      wk);
 }

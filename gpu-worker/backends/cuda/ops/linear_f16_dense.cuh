@@ -28,6 +28,7 @@ struct DenseProblem {
   int64_t ld_y = 0, y_stride = 0;
   bool accumulate = false;
   bool programmatic = false;  // launched to start early (linear_f16_skinny.cuh, starts_early)
+  bool trigger = false;       // lets the kernel after it launch early (lin::linear_trigger)
   int64_t rows = 0;
   int rows_per_item = 0, block_n = 0;
   int64_t n_blocks = 0, m_tiles = 0, items = 0;

@@ -60,6 +60,13 @@ __device__ __forceinline__ bool starts_early(const P& p) {
   else return false;
 }
 
+// Whether this launch lets its dependents launch once its own wait is over (linear_trigger()).
+template <class P>
+__device__ __forceinline__ bool triggers(const P& p) {
+  if constexpr (requires { p.trigger; }) return p.trigger;
+  else return false;
+}
+
 template <class Cfg, class P>
 __global__ void __launch_bounds__(kSkinnyThreads, 1) linear_skinny_kernel(const P p, const int wk_count) {
   constexpr int RG = Cfg::RG, T = Cfg::T, S = Cfg::S, MT = Cfg::MT, R = Cfg::kRows;
@@ -130,6 +137,9 @@ __global__ void __launch_bounds__(kSkinnyThreads, 1) linear_skinny_kernel(const 
     }
     grid_dependency_wait();
   }
+  // Everything this grid reads from the kernel ahead is final now: the kernel after it may
+  // launch and wait (core/programmatic.cuh) beside this one's last items.
+  if (triggers(p)) grid_dependents_launch();
 
   for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
     LinItem it;

@@ -18,6 +18,7 @@ namespace {
 std::mutex g_mutex;
 std::atomic<int> g_programmatic{policy_from_env("FLASHTIER_LINEAR_PDL")};
 std::atomic<int> g_bands{policy_from_env("FLASHTIER_LINEAR_BANDS")};
+std::atomic<int> g_trigger{policy_from_env("FLASHTIER_LINEAR_TRIGGER")};
 
 }  // namespace
 
@@ -76,6 +77,11 @@ bool linear_programmatic(int64_t rows) {
 }
 
 void set_linear_programmatic(int policy) { g_programmatic.store(policy, std::memory_order_relaxed); }
+
+bool linear_trigger() {
+  return g_trigger.load(std::memory_order_relaxed) == 2 && current_device_limits().cc_major >= 9;
+}
+void set_linear_trigger(int policy) { g_trigger.store(policy, std::memory_order_relaxed); }
 
 int64_t dense_band(int64_t n_blocks, int block_n, int64_t in8) {
   if (g_bands.load(std::memory_order_relaxed) == 0 || n_blocks <= 1) return n_blocks > 0 ? n_blocks : 1;

@@ -29,6 +29,13 @@ int prepare_kernel(const void* func, int threads, size_t smem_bytes);
 bool linear_programmatic(int64_t rows);
 void set_linear_programmatic(int policy);
 
+// Whether the skinny kernels let the kernel after them launch as soon as their own wait is over
+// (griddepcontrol.launch_dependents), so its blocks are resident and waiting when the linear
+// ends instead of being launched then: sm_90+, FLASHTIER_LINEAR_TRIGGER=on (auto: off until
+// measured). set_linear_trigger for tests and A/B (0 off, 1 auto, 2 on).
+bool linear_trigger();
+void set_linear_trigger(int policy);
+
 // Output blocks per band of the tiled dense kernels' item order (linear_f16_dense.cuh): as many
 // blocks of block_n outputs (block_n · in8 halves of weights each) as fill a sixth of the
 // device's L2, so they stay there while every row tile passes over them; all n_blocks when

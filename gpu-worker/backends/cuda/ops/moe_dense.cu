@@ -266,6 +266,7 @@ void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const Moe
     pr.active = d.active;
     pr.n_active = d.n_active;
     pr.programmatic = early;
+    pr.trigger = lin::linear_trigger();
   };
   GateUpProblem gu;
   gu.k = lin::make_kgeom(D, linear_k_chunk(D, I));

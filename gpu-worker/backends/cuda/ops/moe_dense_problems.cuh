@@ -40,6 +40,7 @@ struct GroupedBase {
   const int32_t* active = nullptr;    // direct
   const int32_t* n_active = nullptr;  // direct
   bool programmatic = false;          // launched to start early (linear_f16_skinny.cuh, starts_early)
+  bool trigger = false;               // lets the kernel after it launch early (lin::linear_trigger)
 
   // The kernel's output block: every grouped launcher sets it before launching.
   void set_block_n(int bn) {
