@@ -557,6 +557,16 @@ TEST_F(KdaTest, ChunkedPrefillOtherHeadSizes) {
       run_prefill_matrix({3, dl, 4}, bounded, {{0, 130}, {37, 100}, {64, 1}, {100, 64}}, 3);
 }
 
+// The approximate exponential for the decay factors (kda_fast_exp): the same bounds against the
+// token loop, short and long (2048 tokens, where most factors underflow), both gates.
+TEST_F(KdaTest, ChunkedPrefillFastExpMatchesTokenLoop) {
+  set_kda_fast_exp(2);
+  run_prefill_matrix(kReal, true, {{0, 64}, {37, 130}, {100, 300}, {0, 2048}}, 6);
+  run_prefill_matrix(kReal, false, {{0, 65}, {37, 130}, {64, 1}, {0, 2048}}, 6);
+  run_prefill_matrix(kTiny, true, full_matrix(), 4);
+  set_kda_fast_exp(1);
+}
+
 // 2048 tokens from zero: with λ = −5 (and more so with softplus) most channels decay by up to
 // e^−5 per token, so e^{Γ} underflows to 0 within every chunk.
 TEST_F(KdaTest, ChunkedPrefillLongRunWithUnderflowingDecaysLowerBound) {

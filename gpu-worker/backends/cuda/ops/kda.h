@@ -90,6 +90,11 @@ void kda_decode_step(float* state_pool, const int32_t* slots, const float* qkv, 
 // Requirements: ld_qkv, ld_g, ld_o multiples of 4; qkv, g, o, state 16-byte aligned; qkv, g, o,
 // beta, state and workspace pairwise disjoint. n = 0 does nothing.
 size_t kda_chunked_prefill_workspace_bytes(int64_t t0, int64_t n, const KdaShape& shape);
+// Whether the chunked prefill's decay factors use the approximate exponential (ex2.approx:
+// fewer instructions, ~2 ulp + |x|·2^−24) instead of IEEE expf: FLASHTIER_KDA_FAST_EXP=on (auto:
+// off until measured); set_kda_fast_exp for tests and A/B (0 off, 1 auto, 2 on).
+bool kda_fast_exp();
+void set_kda_fast_exp(int policy);
 void kda_chunked_prefill(float* state, int64_t t0, int64_t n, float* qkv, int64_t ld_qkv, float* g, int64_t ld_g,
                          const float* beta, int64_t ld_beta, const KdaShape& shape, float* o, int64_t ld_o,
                          void* workspace, cudaStream_t stream);
