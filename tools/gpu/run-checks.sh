@@ -115,7 +115,8 @@ run() {
   fi
   if has bench; then
     # BENCHES="a b": only those; <NAME>_ARGS (e.g. TIERS_ARGS for flashtier-bench-tiers): its flags;
-    # BENCH_ENVS="A=x A=y": each benchmark once per assignment (A/B of a policy in one call).
+    # BENCH_ENVS="A=x A=y": each benchmark once per assignment (A/B of a policy in one call);
+    # "A=x,B=y" sets both in one run.
     for b in ${BENCHES:-flashtier-bench-linear flashtier-bench-exl3 flashtier-bench-kda flashtier-bench-mla flashtier-bench-engine flashtier-bench-tiers}; do
       [ -x "$bin/$b" ] || continue
       local key=${b#flashtier-bench-}
@@ -125,7 +126,8 @@ run() {
         echo "== $b ${!args_var:-} ($assign)"
         echo "## $b ${!args_var:-} ($assign)" >>"$out/bench.txt"
         # shellcheck disable=SC2086
-        timeout "${BENCH_TIMEOUT:-240}" env "$assign" "$bin/$b" ${!args_var:-} >"$out/bench1.txt" 2>&1
+        # shellcheck disable=SC2086  # A=x,B=y: both assignments in one run
+        timeout "${BENCH_TIMEOUT:-240}" env ${assign//,/ } "$bin/$b" ${!args_var:-} >"$out/bench1.txt" 2>&1
         local rc=$?
         cat "$out/bench1.txt" >>"$out/bench.txt"
         table+=("| $b ($assign) | rc=$rc | see bench.txt |")

@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 
+#include "gpu-worker/backends/cuda/ops/moe.h"
 #include "shared/ops/router.h"
 #include "tests/cuda/ops/misc_checks.h"
 
@@ -242,6 +243,56 @@ TEST_F(CudaRouter, TokenBitsDoNotDependOnTheBatch) {
                        static_cast<size_t>(K));
       expect_same_bits(L + " weights", back.weights.data() + (N - 1 - t) * K, all.weights.data() + t * K,
                        static_cast<size_t>(K));
+    }
+  }
+}
+
+// The routing kernel's own dispatch (route_and_dispatch, one warp sorting ≤ 32 picks): the
+// experts and weights of route_tokens and the arrays of moe_dispatch, bit for bit, for 1 … 4
+// tokens — 32 picks at 4 × top-8 — and grouped routing; 5 tokens (or 40 picks) fall back.
+TEST_F(CudaRouter, RouteAndDispatchGivesTheSeparateLaunchesArrays) {
+  std::mt19937_64 g(2027);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const RouterConfig& cfg : {RouterConfig{288, 8, 1, 1, true, 2.5f}, RouterConfig{288, 8, 8, 4, true, 1.0f},
+                                  RouterConfig{16, 4, 4, 2, false, 1.0f}, RouterConfig{40, 10, 1, 1, true, 1.0f}}) {
+    const int64_t E = cfg.n_experts, K = cfg.top_k;
+    for (int64_t N : {1, 2, 3, 4, 5}) {
+      const std::string L = label(cfg, N);
+      std::vector<float> logits(static_cast<size_t>(N * E)), bias(static_cast<size_t>(E));
+      for (float& v : logits) v = nd(g);
+      for (float& v : bias) v = 0.1f * nd(g);
+      DevBuf<float> l(logits), b(bias);
+      const MoeDispatchSizes sz = moe_dispatch_sizes(N, static_cast<int>(K), static_cast<int>(E));
+      struct Run {
+        DevBuf<int32_t> e, off, sorted, active, n_active;
+        DevBuf<float> w;
+      };
+      auto make = [&] {
+        return Run{DevBuf<int32_t>(static_cast<size_t>(N * K)), DevBuf<int32_t>(static_cast<size_t>(sz.offsets)),
+                   DevBuf<int32_t>(static_cast<size_t>(sz.sorted_pick)), DevBuf<int32_t>(static_cast<size_t>(sz.active)),
+                   DevBuf<int32_t>(static_cast<size_t>(sz.n_active)), DevBuf<float>(static_cast<size_t>(N * K))};
+      };
+      Run sep = make(), fused = make();
+      auto disp = [](Run& r) { return MoeDispatch{r.off.get(), r.sorted.get(), r.active.get(), r.n_active.get()}; };
+      route_tokens(l.get(), E, N, b.get(), cfg, sep.e.get(), sep.w.get(), nullptr, nullptr);
+      moe_dispatch(MoeRoutes{sep.e.get(), sep.w.get(), N, static_cast<int>(K)}, static_cast<int>(E), disp(sep), nullptr);
+      set_route_dispatch(2);
+      const bool did = route_and_dispatch(l.get(), E, N, b.get(), cfg, fused.e.get(), fused.w.get(), disp(fused), nullptr);
+      set_route_dispatch(1);
+      const bool small = N <= 4 && N * K <= 32;
+      EXPECT_EQ(did, small) << L;
+      if (!did) moe_dispatch(MoeRoutes{fused.e.get(), fused.w.get(), N, static_cast<int>(K)}, static_cast<int>(E),
+                             disp(fused), nullptr);
+      expect_same_bits(L + " experts", fused.e.download().data(), sep.e.download().data(), static_cast<size_t>(N * K));
+      expect_same_bits(L + " weights", fused.w.download().data(), sep.w.download().data(), static_cast<size_t>(N * K));
+      expect_same_bits(L + " offsets", fused.off.download().data(), sep.off.download().data(),
+                       static_cast<size_t>(E + 1));
+      expect_same_bits(L + " sorted picks", fused.sorted.download().data(), sep.sorted.download().data(),
+                       static_cast<size_t>(N * K));
+      const std::vector<int32_t> na = sep.n_active.download();
+      EXPECT_EQ(fused.n_active.download()[0], na[0]) << L << " active count";
+      expect_same_bits(L + " active", fused.active.download().data(), sep.active.download().data(),
+                       static_cast<size_t>(na[0]));
     }
   }
 }

@@ -309,7 +309,12 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
   rc.topk_group = c_.topk_group;
   rc.norm_topk_prob = c_.norm_topk_prob;
   rc.routed_scaling_factor = static_cast<float>(c_.routed_scaling_factor);
-  route_tokens(logits, E, N, m.correction_bias, rc, experts, weights, nullptr, s);
+  // Experts in VRAM: a small step's dispatch comes from the routing kernel itself.
+  bool dispatched = false;
+  if (m.local_experts && !m.dense_experts32)
+    dispatched = route_and_dispatch(logits, E, N, m.correction_bias, rc, experts, weights, d, s);
+  else
+    route_tokens(logits, E, N, m.correction_bias, rc, experts, weights, nullptr, s);
   b_.last_routes = experts;
   const MoeRoutes routes{experts, weights, N, static_cast<int>(TK)};
   op_mark(prof_, "moe routed experts", s);
@@ -319,7 +324,7 @@ void ForwardPass::moe(int64_t l, const StepPlan& p, cudaStream_t s) {
     combine();
   } else if (m.local_experts) {
     op_mark(prof_, "moe dispatch + combine", s);
-    moe_dispatch(routes, static_cast<int>(E), d, s);
+    if (!dispatched) moe_dispatch(routes, static_cast<int>(E), d, s);
     op_mark(prof_, "moe routed experts", s);
     if (m.exl3_experts)
       exl3_moe_experts(*m.exl3_experts, routes, d, b_.A, D, static_cast<float>(c_.swiglu_limit), Y, b_.exl3_moe_ws, s);

@@ -2,9 +2,13 @@
 
 #include <string>
 
+#include <atomic>
+
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/misc_device.cuh"
+#include "gpu-worker/backends/cuda/ops/moe_dispatch_warp.cuh"
 #include "shared/core/error.h"
 
 namespace ft::cuda {
@@ -35,12 +39,7 @@ __host__ __device__ constexpr int warp_floats(int E) { return 2 * E + kMaxGroups
 // margin) rounds of a warp argmax under the order (c descending, id ascending): a strict total
 // order, so the butterfly merge gives every lane the same winner, and its first top_k winners
 // are exactly topk_indices' first top_k.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(RouteArgs p) {
-  chain_start();  // core/programmatic.cuh: launched by launch_chained
-  extern __shared__ float smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  if (t >= p.n) return;  // whole warps only; the warps of a block never sync with each other
+__device__ __forceinline__ void route_token(const RouteArgs& p, float* smem, int warp, int lane, int64_t t) {
   const int E = p.E;
   float* s_s = smem + warp * warp_floats(E);
   float* c_s = s_s + E;
@@ -138,10 +137,30 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(RouteArgs p)
   if (p.margin && lane == 0) p.margin[t] = rounds > p.top_k ? __fsub_rn(last_c, next_c) : INFINITY;
 }
 
+// One token per warp (whole warps only). DISPATCH: the grid is one block holding every token,
+// whose picks warp 0 then sorts (moe_dispatch_warp.cuh) once every warp has written its own.
+template <bool DISPATCH>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) route_kernel(RouteArgs p, MoeDispatch d) {
+  chain_start();  // core/programmatic.cuh: launched by launch_chained
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (t < p.n) route_token(p, smem, warp, lane, t);
+  if constexpr (DISPATCH) {
+    __syncthreads();  // the block's expert ids are written and visible
+    if (warp == 0) dispatch_picks_warp(p.experts, static_cast<int>(p.n) * p.top_k, p.E, d, lane);
+  }
+}
+
+std::atomic<int> g_route_dispatch{policy_from_env("FLASHTIER_ROUTE_DISPATCH")};
+
 }  // namespace
 
-void route_tokens(const float* logits, int64_t ld_logits, int64_t n_tokens, const float* correction_bias,
-                  const RouterConfig& cfg, int32_t* experts, float* weights, float* margin, cudaStream_t stream) {
+namespace {
+// Launches the routing of n_tokens; with `dispatch`, the one-block form that also sorts the picks.
+void launch_route(const float* logits, int64_t ld_logits, int64_t n_tokens, const float* correction_bias,
+                  const RouterConfig& cfg, int32_t* experts, float* weights, float* margin,
+                  const MoeDispatch* dispatch, cudaStream_t stream) {
   const int64_t E = cfg.n_experts, K = cfg.top_k, G = cfg.n_group, KG = cfg.topk_group;
   const bool ok = E >= 1 && E <= kMaxExperts && K >= 1 && K <= kMaxTopK && K <= E && G >= 1 && G <= kMaxGroups &&
                   E % G == 0 && (G == 1 || E / G >= 2) && KG >= 1 && KG <= G && ld_logits >= E;
@@ -165,8 +184,27 @@ void route_tokens(const float* logits, int64_t ld_logits, int64_t n_tokens, cons
                     margin};
   const auto blocks = static_cast<unsigned>((n_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const size_t smem = sizeof(float) * kWarpsPerBlock * warp_floats(static_cast<int>(E));
-  launch_chained(route_kernel, blocks, kWarpsPerBlock * 32, smem, stream, a);
+  if (dispatch) launch_chained(route_kernel<true>, blocks, kWarpsPerBlock * 32, smem, stream, a, *dispatch);
+  else launch_chained(route_kernel<false>, blocks, kWarpsPerBlock * 32, smem, stream, a, MoeDispatch{});
   FT_CUDA_CHECK_LAUNCH();
 }
+}  // namespace
+
+void route_tokens(const float* logits, int64_t ld_logits, int64_t n_tokens, const float* correction_bias,
+                  const RouterConfig& cfg, int32_t* experts, float* weights, float* margin, cudaStream_t stream) {
+  launch_route(logits, ld_logits, n_tokens, correction_bias, cfg, experts, weights, margin, nullptr, stream);
+}
+
+bool route_and_dispatch(const float* logits, int64_t ld_logits, int64_t n_tokens, const float* correction_bias,
+                        const RouterConfig& cfg, int32_t* experts, float* weights, const MoeDispatch& dispatch,
+                        cudaStream_t stream) {
+  const bool fused = g_route_dispatch.load(std::memory_order_relaxed) == 2 && n_tokens <= kWarpsPerBlock &&
+                     n_tokens * cfg.top_k <= 32;
+  launch_route(logits, ld_logits, n_tokens, correction_bias, cfg, experts, weights, nullptr,
+               fused ? &dispatch : nullptr, stream);
+  return fused && n_tokens > 0;
+}
+
+void set_route_dispatch(int policy) { g_route_dispatch.store(policy, std::memory_order_relaxed); }
 
 }  // namespace ft::cuda

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "gpu-worker/backends/cuda/ops/moe.h"
+
 namespace ft::cuda {
 
 struct RouterConfig {
@@ -29,5 +31,14 @@ struct RouterConfig {
 // A NaN logit counts as −∞ for the choice (the reference leaves NaN ordering undefined).
 void route_tokens(const float* logits, int64_t ld_logits, int64_t n_tokens, const float* correction_bias,
                   const RouterConfig& cfg, int32_t* experts, float* weights, float* margin, cudaStream_t stream);
+
+// route_tokens, and — where one warp can sort the step's picks (n_tokens ≤ 4, n_tokens·top_k ≤ 32)
+// and FLASHTIER_ROUTE_DISPATCH=on (set_route_dispatch: 0 off, 1 auto = off until measured, 2 on)
+// — moe_dispatch's arrays for n_experts = cfg.n_experts in the same launch (ops/moe.h; sized for
+// at least n_tokens). Returns whether it filled them; if not, the caller runs moe_dispatch.
+bool route_and_dispatch(const float* logits, int64_t ld_logits, int64_t n_tokens, const float* correction_bias,
+                        const RouterConfig& cfg, int32_t* experts, float* weights, const MoeDispatch& dispatch,
+                        cudaStream_t stream);
+void set_route_dispatch(int policy);
 
 }  // namespace ft::cuda
