@@ -79,7 +79,7 @@ bool linear_programmatic(int64_t rows) {
 void set_linear_programmatic(int policy) { g_programmatic.store(policy, std::memory_order_relaxed); }
 
 bool linear_trigger() {
-  return g_trigger.load(std::memory_order_relaxed) == 2 && current_device_limits().cc_major >= 9;
+  return g_trigger.load(std::memory_order_relaxed) != 0 && current_device_limits().cc_major >= 9;
 }
 void set_linear_trigger(int policy) { g_trigger.store(policy, std::memory_order_relaxed); }
 

@@ -31,8 +31,8 @@ void set_linear_programmatic(int policy);
 
 // Whether the skinny kernels let the kernel after them launch as soon as their own wait is over
 // (griddepcontrol.launch_dependents), so its blocks are resident and waiting when the linear
-// ends instead of being launched then: sm_90+, FLASHTIER_LINEAR_TRIGGER=on (auto: off until
-// measured). set_linear_trigger for tests and A/B (0 off, 1 auto, 2 on).
+// ends instead of being launched then: sm_90+ unless FLASHTIER_LINEAR_TRIGGER=off (session 27,
+// H100: decode B=1 15.903 → 15.723 ms). set_linear_trigger for tests and A/B (0 off, 1 and 2 on).
 bool linear_trigger();
 void set_linear_trigger(int policy);
 

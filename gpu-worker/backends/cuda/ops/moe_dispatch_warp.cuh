@@ -36,10 +36,12 @@ __device__ __forceinline__ void dispatch_picks_warp(const int32_t* expert, int p
   if (ok) d.sorted_pick[below + before] = lane;
   if (first) d.active[distinct_below] = e;
   if (lane == 0) *d.n_active = __popc(firsts);
-  for (int x = lane; x <= n_experts; x += 32) {
+  // Whole-warp rounds (every lane takes part in every shuffle): offsets[x] for x = x0 + lane.
+  for (int x0 = 0; x0 <= n_experts; x0 += 32) {
+    const int x = x0 + lane;
     int count = 0;
     for (int q = 0; q < 32; ++q) count += __shfl_sync(0xffffffffu, e, q) < x ? 1 : 0;
-    d.offsets[x] = count;
+    if (x <= n_experts) d.offsets[x] = count;
   }
 }
 
