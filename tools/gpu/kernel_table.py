@@ -19,7 +19,7 @@ def rows_of(path):
     hdr = next(reader)
     units = next(reader)
     k, t, g = hdr.index('Kernel Name'), hdr.index('gpu__time_duration.sum'), hdr.index('Grid Size')
-    scale = {'nsecond': 1e-3, 'usecond': 1.0, 'msecond': 1e3}.get(units[t], 1.0)
+    scale = {'nsecond': 1e-3, 'ns': 1e-3, 'usecond': 1.0, 'us': 1.0, 'msecond': 1e3, 'ms': 1e3}.get(units[t], 1.0)
     out = []
     for r in reader:
         try:

@@ -228,11 +228,15 @@ __global__ void __launch_bounds__(tma_threads<Cfg>(), 1) linear_wgmma_tma_kernel
       int fill = 0;
       uint32_t parity = 0;
       bool reuse = false;  // whether the slot to fill held a stage before
+      int64_t acquired = -1;  // the expert whose maps this thread has acquired last
       for (int64_t idx = blockIdx.x; idx < n_items; idx += gridDim.x) {
         LinItem it;
         if (!p.load_item(idx, it)) continue;
         const int m0 = static_cast<int>(it.base), n0 = static_cast<int>(it.n0);
         const int g = kSortedRows<P> ? 0 : static_cast<int>(it.g);  // sorted rows: one matrix, any expert
+        if constexpr (kSortedRows<P>) {  // the expert's maps, when it changes (items are tile-major)
+          if (it.g != acquired) p.acquire_maps(it), acquired = it.g;
+        }
         for (int s = 0; s < nst; ++s) {
           if (reuse) mbar_wait(empty0 + 8 * fill, parity);
           const uint32_t sa = sbase + static_cast<uint32_t>(fill) * kStageBytes, bar = full0 + 8 * fill;

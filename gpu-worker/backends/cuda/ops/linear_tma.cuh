@@ -57,6 +57,12 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(group), "r"(bar), "l"(policy)
       : "memory");
 }
+// A tensor map in global memory written through the generic proxy (cudaMemcpy) made visible to
+// the copy engine's reads of it: once per map before its first use in a grid.
+__device__ __forceinline__ void tensormap_acquire(const CUtensorMap* map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(map))
+               : "memory");
+}
 // A plain arrival (one of the barrier's expected arrivals, no bytes).
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");

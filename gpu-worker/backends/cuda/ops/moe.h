@@ -19,7 +19,9 @@
 
 namespace ft::cuda {
 
-// Router output for n tokens: pick p = t·top_k + k, experts ascending within each token.
+// Router output for n tokens: pick p = t·top_k + k, experts strictly ascending within each token
+// (distinct: decode-sized calls of moe_dense_experts take each active expert as one tile of at
+// most n rows, which relies on it).
 struct MoeRoutes {
   const int32_t* expert = nullptr;  // [n·top_k]
   const float* weight = nullptr;    // [n·top_k], routing weights (already normalised and scaled)

@@ -148,6 +148,13 @@ struct GateUpSortedProblem : GateUpProblem, SortedRows {
       s_scale[i] = xs[sorted_pick[pos] / top_k];
     }
   }
+  // The tile's expert's maps, uploaded by cudaMemcpy, made visible to the copy engine.
+  __device__ void acquire_maps(const lin::LinItem& it) const {
+#if FT_HAVE_WGMMA
+    lin::tensormap_acquire(&maps[it.g].gate);
+    lin::tensormap_acquire(&maps[it.g].up);
+#endif
+  }
   // Stage k's weights: the expert's gate rows n0 … n0 + 63, then its up rows.
   __device__ void tma_weights(uint32_t sb, const lin::LinItem& it, int k, uint32_t bar, uint64_t policy) const {
 #if FT_HAVE_WGMMA
@@ -166,6 +173,11 @@ struct DownSortedProblem : DownProblem, SortedRows {
       s_id[i] = sorted_pick[pos];
       s_scale[i] = hs[pos];
     }
+  }
+  __device__ void acquire_maps(const lin::LinItem& it) const {
+#if FT_HAVE_WGMMA
+    lin::tensormap_acquire(&maps[it.g].down);
+#endif
   }
   __device__ void tma_weights(uint32_t sb, const lin::LinItem& it, int k, uint32_t bar, uint64_t policy) const {
 #if FT_HAVE_WGMMA
