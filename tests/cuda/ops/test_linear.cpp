@@ -173,6 +173,32 @@ TEST_F(ToF16Rows, ScalarAndVectorPathsAgree) {
   EXPECT_EQ(bit_mismatches(fa.data(), fb.data(), fa.size()), 0u);
 }
 
+// The register form (rows up to 8,192 padded columns kept in registers, lin::set_to_f16_rows_registers)
+// gives the loop's bits: widths around every register-count boundary, padded and unpadded, rows
+// with extremes and zeros.
+TEST_F(ToF16Rows, RegisterFormGivesTheLoopBits) {
+  for (int64_t cols : {8, 60, 64, 1020, 1024, 1028, 2048, 2050, 4092, 4096, 4100, 8184, 8192, 8200}) {
+    const int64_t rows = 5, ld = (cols + 7) / 8 * 8, ldx = (cols + 3) / 4 * 4;
+    std::vector<float> X = randn(rows * ldx, 30 + cols);
+    for (int64_t c = 0; c < ldx; ++c) {
+      X[1 * ldx + c] = 0.0f;
+      X[2 * ldx + c] *= c == 3 ? 1e30f : 1e-20f;
+    }
+    DevBuf<float> x(X);
+    DevBuf<uint16_t> a(rows * ld), b(rows * ld);
+    DevBuf<float> sa(rows), sb(rows);
+    lin::set_to_f16_rows_registers(0);
+    to_f16_rows(x.get(), ldx, rows, cols, reinterpret_cast<__half*>(a.get()), ld, sa.get(), nullptr);
+    lin::set_to_f16_rows_registers(2);
+    to_f16_rows(x.get(), ldx, rows, cols, reinterpret_cast<__half*>(b.get()), ld, sb.get(), nullptr);
+    lin::set_to_f16_rows_registers(1);
+    const auto ha = a.download(), hb = b.download();
+    const auto fa = sa.download(), fb = sb.download();
+    EXPECT_EQ(bit_mismatches(hb.data(), ha.data(), ha.size()), 0u) << "cols " << cols << ": fp16 rows";
+    EXPECT_EQ(bit_mismatches(fb.data(), fa.data(), fa.size()), 0u) << "cols " << cols << ": row scales";
+  }
+}
+
 // ---- linear_f16 ------------------------------------------------------------------------------
 
 class GpuLinearF16 : public test::GpuTest {

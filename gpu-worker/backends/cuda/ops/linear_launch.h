@@ -36,6 +36,11 @@ void set_linear_programmatic(int policy);
 bool linear_trigger();
 void set_linear_trigger(int policy);
 
+// Whether to_f16_rows keeps a row's values in registers between its max and its conversion (rows
+// of up to 8,192 padded columns, float4-aligned): FLASHTIER_F16_ROWS_REGS=on (auto: off until
+// measured); set_to_f16_rows_registers for tests and A/B (0 off, 1 auto, 2 on). Same bits.
+void set_to_f16_rows_registers(int policy);
+
 // Output blocks per band of the tiled dense kernels' item order (linear_f16_dense.cuh): as many
 // blocks of block_n outputs (block_n · in8 halves of weights each) as fill a sixth of the
 // device's L2, so they stay there while every row tile passes over them; all n_blocks when

@@ -3,10 +3,12 @@
 // the padding columns zeroed. A row's bits depend on that row alone.
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "gpu-worker/backends/cuda/core/cuda_check.h"
+#include "gpu-worker/backends/cuda/core/env_policy.h"
 #include "gpu-worker/backends/cuda/core/programmatic.cuh"
 #include "gpu-worker/backends/cuda/ops/linear.h"
 #include "shared/core/error.h"
@@ -77,9 +79,68 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Rows of at most 4·NV·kThreads padded columns with float4-aligned fp32 rows: each thread loads
+// its NV float4 at once (columns 4·(tid + i·kThreads)) and keeps them for the conversion, so the
+// row is read once, with every load of a thread in flight together, where the loop above issues
+// its loads one dependent iteration at a time and reads the row twice. The same max (order-free),
+// exponent and per-element conversion: the same bits.
+template <int NV>
+__global__ void __launch_bounds__(kThreads)
+    to_f16_rows_regs_kernel(const float* x, int64_t ld_x, int64_t cols, __half* xh, int64_t ld_xh, float* row_scale) {
+  chain_start();  // core/programmatic.cuh; the linear after it may start streaming its weights
+  const int64_t r = blockIdx.x;
+  const float* row = x + r * ld_x;
+  float4 v[NV];
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int64_t c = 4 * (static_cast<int64_t>(threadIdx.x) + i * kThreads);
+    if (c + 4 <= cols) {
+      v[i] = *reinterpret_cast<const float4*>(row + c);
+    } else {
+      v[i].x = c < cols ? row[c] : 0.0f;
+      v[i].y = c + 1 < cols ? row[c + 1] : 0.0f;
+      v[i].z = c + 2 < cols ? row[c + 2] : 0.0f;
+      v[i].w = c + 3 < cols ? row[c + 3] : 0.0f;
+    }
+  }
+  float m = 0.0f;  // fmaxf drops NaN, so a NaN element does not hide the row's scale
+#pragma unroll
+  for (int i = 0; i < NV; ++i)
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ float warp_max[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  m = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
+  const int e = row_exponent(m);
+  const float p = pow2(e);
+  if (threadIdx.x == 0) row_scale[r] = pow2(-e);
+
+  __half* out = xh + r * ld_xh;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int64_t c = 4 * (static_cast<int64_t>(threadIdx.x) + i * kThreads);
+    if (c >= ld_xh) continue;  // ld_xh is a multiple of 8: a float4 is in or out whole
+    const __half a = __float2half_rn(__fmul_rn(v[i].x, p)), b = __float2half_rn(__fmul_rn(v[i].y, p));
+    const __half c2 = __float2half_rn(__fmul_rn(v[i].z, p)), d = __float2half_rn(__fmul_rn(v[i].w, p));
+    const uint32_t lo = static_cast<uint32_t>(__half_as_ushort(a)) | (static_cast<uint32_t>(__half_as_ushort(b)) << 16);
+    const uint32_t hi = static_cast<uint32_t>(__half_as_ushort(c2)) | (static_cast<uint32_t>(__half_as_ushort(d)) << 16);
+    *reinterpret_cast<uint2*>(out + c) = make_uint2(lo, hi);
+  }
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+std::atomic<int> g_regs{policy_from_env("FLASHTIER_F16_ROWS_REGS")};
+
 }  // namespace
+
+namespace lin {
+void set_to_f16_rows_registers(int policy) { g_regs.store(policy, std::memory_order_relaxed); }
+}  // namespace lin
 
 void to_f16_rows(const float* x, int64_t ld_x, int64_t rows, int64_t cols, __half* xh, int64_t ld_xh, float* row_scale,
                  cudaStream_t stream) {
@@ -90,6 +151,17 @@ void to_f16_rows(const float* x, int64_t ld_x, int64_t rows, int64_t cols, __hal
   if (rows == 0) return;
   const bool vec = ld_x % 4 == 0 && aligned16(x);
   const unsigned grid = static_cast<unsigned>(rows);
+  if (vec && g_regs.load(std::memory_order_relaxed) == 2) {  // auto: off until a run measures it
+    const int64_t per = 4 * kThreads;  // columns a float4 per thread covers
+    auto regs = [&](auto kernel) {
+      launch_chained(kernel, grid, kThreads, 0, stream, x, ld_x, cols, xh, ld_xh, row_scale);
+      FT_CUDA_CHECK_LAUNCH();
+    };
+    if (ld_xh <= per) return regs(to_f16_rows_regs_kernel<1>);
+    if (ld_xh <= 2 * per) return regs(to_f16_rows_regs_kernel<2>);
+    if (ld_xh <= 4 * per) return regs(to_f16_rows_regs_kernel<4>);
+    if (ld_xh <= 8 * per) return regs(to_f16_rows_regs_kernel<8>);
+  }
   if (vec) launch_chained(to_f16_rows_kernel<true>, grid, kThreads, 0, stream, x, ld_x, cols, xh, ld_xh, row_scale);
   else launch_chained(to_f16_rows_kernel<false>, grid, kThreads, 0, stream, x, ld_x, cols, xh, ld_xh, row_scale);
   FT_CUDA_CHECK_LAUNCH();
