@@ -99,24 +99,18 @@ __device__ __forceinline__ void wgmma_store_tile(const P& p, const LinItem& it, 
           const int64_t n = it.n0 + 8 * i + 2 * t4 + e;
           if (n < p.out) p.store(it, id, n, total[4 * i + 2 * h + e], rs);
         }
-    } else if constexpr (kSortedRows<P>) {  // column j: gate of h column n0 + j, column j + 64 its up
-#pragma unroll
-      for (int i = 0; i < BN / 16; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t hc = it.n0 + 8 * i + 2 * t4 + e;
-          if (hc < p.out)
-            p.store_swiglu(it, id, hc, total[4 * i + 2 * h + e], total[4 * (i + BN / 16) + 2 * h + e], rs);
-        }
     } else {
+      // h column n0 + 8q + 2t + e: its gate and up accumulators — n8 tiles 2q and 2q + 1 where B
+      // interleaves them, tiles q and q + BN/16 where B is [64 gate rows; 64 up rows] (sorted rows).
 #pragma unroll
-      for (int q = 0; q < BN / 16; ++q)
+      for (int q = 0; q < BN / 16; ++q) {
+        const int gi = kSortedRows<P> ? q : 2 * q, ui = kSortedRows<P> ? q + BN / 16 : 2 * q + 1;
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t hc = it.n0 + 8 * q + 2 * t4 + e;
-          if (hc < p.out)
-            p.store_swiglu(it, id, hc, total[4 * (2 * q) + 2 * h + e], total[4 * (2 * q + 1) + 2 * h + e], rs);
+          if (hc < p.out) p.store_swiglu(it, id, hc, total[4 * gi + 2 * h + e], total[4 * ui + 2 * h + e], rs);
         }
+      }
     }
   }
 }

@@ -29,6 +29,22 @@ __device__ __forceinline__ int row_exponent(float m) {
 }
 __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }
 
+// The row's max over the block (m: this thread's part, exact and order-free), its exponent e:
+// stores the row's scale 2^−e and returns 2^e. Called once by every thread of the block.
+__device__ __forceinline__ float row_factor(float m, float* row_scale) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ float warp_max[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  m = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
+  const int e = row_exponent(m);
+  if (threadIdx.x == 0) *row_scale = pow2(-e);
+  return pow2(e);
+}
+
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads)
     to_f16_rows_kernel(const float* x, int64_t ld_x, int64_t cols, __half* xh, int64_t ld_xh, float* row_scale) {
@@ -45,17 +61,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (; c < cols; c += 4 * kThreads)
     for (int k = 0; k < 4 && c + k < cols; ++k) m = fmaxf(m, fabsf(row[c + k]));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __shared__ float warp_max[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
-  __syncthreads();
-  m = warp_max[0];
-#pragma unroll
-  for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
-  const int e = row_exponent(m);
-  const float p = pow2(e);
-  if (threadIdx.x == 0) row_scale[r] = pow2(-e);
+  const float p = row_factor(m, row_scale + r);
 
   __half* out = xh + r * ld_xh;
   for (int64_t g = 8 * static_cast<int64_t>(threadIdx.x); g < ld_xh; g += 8 * kThreads) {
@@ -107,17 +113,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < NV; ++i)
     m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __shared__ float warp_max[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
-  __syncthreads();
-  m = warp_max[0];
-#pragma unroll
-  for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
-  const int e = row_exponent(m);
-  const float p = pow2(e);
-  if (threadIdx.x == 0) row_scale[r] = pow2(-e);
+  const float p = row_factor(m, row_scale + r);
 
   __half* out = xh + r * ld_xh;
 #pragma unroll

@@ -279,14 +279,8 @@ void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const Moe
   gu.h = s.h;
   gu.ld_h = I;
   gu.limit = limit;
-  if (sorted) {
-    GateUpSortedProblem sp;
-    static_cast<GateUpProblem&>(sp) = gu;
-    sp.maps = maps;
-    launch_grouped_sorted_wgmma(sp, tiles_bound, xrows_map, stream);
-  } else {
-    launch_grouped(fam, gu, tiles_bound, stream);
-  }
+  if (sorted) launch_grouped_sorted_wgmma(GateUpSortedProblem{gu, SortedRows{maps}}, tiles_bound, xrows_map, stream);
+  else launch_grouped(fam, gu, tiles_bound, stream);
 
   to_f16_rows(s.h, I, P, I, s.hh, I8, s.hs, stream);
 
@@ -299,14 +293,8 @@ void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const Moe
   dn.hs = s.hs;
   dn.y = Y;
   dn.ld_y = D;
-  if (sorted) {
-    DownSortedProblem sp;
-    static_cast<DownProblem&>(sp) = dn;
-    sp.maps = maps;
-    launch_grouped_sorted_wgmma(sp, tiles_bound, hrows_map, stream);
-  } else {
-    launch_grouped(fam, dn, tiles_bound, stream);
-  }
+  if (sorted) launch_grouped_sorted_wgmma(DownSortedProblem{dn, SortedRows{maps}}, tiles_bound, hrows_map, stream);
+  else launch_grouped(fam, dn, tiles_bound, stream);
 }
 
 }  // namespace ft::cuda
