@@ -37,7 +37,7 @@ struct WgmmaCfg {
 // Problems whose rows come in sorted order (moe_dense_problems.cuh, SortedRows): their own row
 // tables, their weights through per-expert maps, and SwiGLU's B as [64 gate rows; 64 up rows].
 template <class P>
-constexpr bool kSortedRows = requires { P::kSplitSwiglu; };
+constexpr bool kSortedRows = requires { P::kSortedRows; };
 
 template <class Cfg, bool SWIGLU>
 __host__ __device__ constexpr int wgmma_block_n() {

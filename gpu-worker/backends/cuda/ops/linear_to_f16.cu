@@ -29,6 +29,12 @@ __device__ __forceinline__ int row_exponent(float m) {
 }
 __device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }
 
+// fp16 of a·p and b·p (p = 2^e, one rounding each), packed low | high: two output columns.
+__device__ __forceinline__ uint32_t scaled_half2(float a, float b, float p) {
+  const __half lo = __float2half_rn(__fmul_rn(a, p)), hi = __float2half_rn(__fmul_rn(b, p));
+  return static_cast<uint32_t>(__half_as_ushort(lo)) | (static_cast<uint32_t>(__half_as_ushort(hi)) << 16);
+}
+
 // The row's max over the block (m: this thread's part, exact and order-free), its exponent e:
 // stores the row's scale 2^−e and returns 2^e. Called once by every thread of the block.
 __device__ __forceinline__ float row_factor(float m, float* row_scale) {
@@ -74,14 +80,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < 8; ++k) v[k] = g + k < cols ? row[g + k] : 0.0f;
     }
-    uint32_t packed[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const __half lo = __float2half_rn(__fmul_rn(v[2 * k], p));
-      const __half hi = __float2half_rn(__fmul_rn(v[2 * k + 1], p));
-      packed[k] = static_cast<uint32_t>(__half_as_ushort(lo)) | (static_cast<uint32_t>(__half_as_ushort(hi)) << 16);
-    }
-    *reinterpret_cast<uint4*>(out + g) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    *reinterpret_cast<uint4*>(out + g) = make_uint4(scaled_half2(v[0], v[1], p), scaled_half2(v[2], v[3], p),
+                                                    scaled_half2(v[4], v[5], p), scaled_half2(v[6], v[7], p));
   }
 }
 
@@ -120,11 +120,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < NV; ++i) {
     const int64_t c = 4 * (static_cast<int64_t>(threadIdx.x) + i * kThreads);
     if (c >= ld_xh) continue;  // ld_xh is a multiple of 8: a float4 is in or out whole
-    const __half a = __float2half_rn(__fmul_rn(v[i].x, p)), b = __float2half_rn(__fmul_rn(v[i].y, p));
-    const __half c2 = __float2half_rn(__fmul_rn(v[i].z, p)), d = __float2half_rn(__fmul_rn(v[i].w, p));
-    const uint32_t lo = static_cast<uint32_t>(__half_as_ushort(a)) | (static_cast<uint32_t>(__half_as_ushort(b)) << 16);
-    const uint32_t hi = static_cast<uint32_t>(__half_as_ushort(c2)) | (static_cast<uint32_t>(__half_as_ushort(d)) << 16);
-    *reinterpret_cast<uint2*>(out + c) = make_uint2(lo, hi);
+    *reinterpret_cast<uint2*>(out + c) = make_uint2(scaled_half2(v[i].x, v[i].y, p), scaled_half2(v[i].z, v[i].w, p));
   }
 }
 

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kSortThreads)
                          const int32_t* sorted_pick, int top_k, const __half* xh, int64_t ld, int64_t picks,
                          __half* dst) {
   const int na = *n_active;
-  const int64_t total = na > 0 ? offsets[active[na - 1] + 1] - offsets[active[0]] : 0;
+  const int64_t total = na > 0 ? offsets[active[na - 1] + 1] : 0;  // picks with an expert in range
   const int64_t units = ld / 8;
   const int lane = threadIdx.x & 31;
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kSortThreads + threadIdx.x) / 32; i < picks;
@@ -180,13 +180,13 @@ bool sorted_rows_on() {
   return on;
 }
 constexpr int kSortedTileRows = 128;
+static_assert(lin::TiledLarge3::BM == kSortedTileRows, "sorted tiles are the prefill family's");
 // Decode-sized calls read their tiles from the dispatch (FLASHTIER_MOE_DIRECT=off: the tile list
 // and plain launches, for A/B).
 bool direct_tiles_on() {
   static const bool on = !env_off("FLASHTIER_MOE_DIRECT");
   return on;
 }
-static_assert(lin::TiledLarge3::BM == kSortedTileRows, "sorted tiles are the prefill family's");
 
 template <class Pr>
 void launch_grouped(Family f, const Pr& pr, int64_t tiles_bound, cudaStream_t stream) {
@@ -238,8 +238,8 @@ void moe_dense_experts(const DenseExpert* experts, const MoeRoutes& r, const Moe
   if (sorted)
     sorted = lin::encode_f16_tile_map(xrows_map, s.xrows, D8, P, 1, D8, 0, kSortedTileRows) &&
              lin::encode_f16_tile_map(hrows_map, s.hh, I8, P, 1, I8, 0, kSortedTileRows);
-  // Each active expert one tile (an expert has at most n picks): no tile list.
-  const bool direct = r.n <= bm && fam != Family::TiledMedium && fam != Family::TiledLarge && direct_tiles_on();
+  // Skinny families (n ≤ their rows): each active expert one tile (at most n picks), no tile list.
+  const bool direct = fam != Family::TiledMedium && fam != Family::TiledLarge && direct_tiles_on();
   const bool early = direct && fam == Family::Skinny8 && lin::linear_programmatic(r.n);
   const int64_t tiles_bound = direct ? P : P + P / bm;
   // (Σ_e ⌈cnt_e / bm⌉ ≤ n_active + P / bm, n_active ≤ P)

@@ -135,7 +135,7 @@ struct DownProblem : GroupedBase {
 // row at its pick. Every row meets the same operands in the same k order as in the gathered form,
 // so the same bits.
 struct SortedRows {
-  static constexpr bool kSplitSwiglu = true;  // B = [64 gate rows; 64 up rows]
+  static constexpr bool kSortedRows = true;  // (lin::kSortedRows); SwiGLU's B = [64 gate rows; 64 up rows]
   const DenseExpertMaps* maps = nullptr;
 };
 
